@@ -1,0 +1,65 @@
+"""One strict config for every model type; the vocabulary sizes come from :class:`VocabSpec`.
+
+Tune keys address fields by dotted path, e.g. ``model.dntm.merge_fn`` or
+``model.dynamical.input_gate_bias``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dynlm.config import Config, ConfigError
+
+
+@dataclass
+class DNTMSettings(Config):
+    """Dynamic Neural Text Model (Kobayashi et al., 2017)."""
+
+    dynamic: Literal["none", "input", "output", "both"] = "both"
+    merge_fn: Literal["max", "gru", "gru_relu", "latest", "attention"] = "gru"
+    entity_dim: int = 0  # 0: same as embed_dim (needed for input dynamics to add to embeddings)
+    context_hidden_dim: int = 0  # BiRNN context encoder size; 0: same as hidden_dim
+
+
+@dataclass
+class DynamicalSettings(Config):
+    """Meta-learned dynamical LM (Wolf et al., 2018)."""
+
+    fast_params: list[str] = field(default_factory=lambda: ["output"])  # output | embedding | recurrent
+    input_gate_bias: float = -5.0  # initial learning rate ~ sigmoid(bias)
+    forget_gate_bias: float = 5.0  # initial keep rate ~ sigmoid(bias)
+    meta_hidden_dim: int = 16
+    meta_lr: float = 1e-3  # outer learning rate of phi
+    unroll_steps: int = 4  # K
+    segment_len: int = 32  # T tokens
+    first_order: bool = False
+    checkpoint_unroll: bool = False
+
+
+@dataclass
+class ModelConfig(Config):
+    type: Literal["rnn", "dntm", "dynamical"] = "dntm"
+    backbone: Literal["lstm", "gru"] = "lstm"
+    embed_dim: int = 128
+    hidden_dim: int = 128
+    num_layers: int = 1
+    dropout: float = 0.2
+    tie_weights: bool = False
+    embedding: Literal["word", "subword", "word+subword"] = "word"
+    combine: Literal["concat", "sum", "mul"] = "concat"  # word ⋄ subword
+    subword_dim: int = 64
+    dntm: DNTMSettings = field(default_factory=DNTMSettings)
+    dynamical: DynamicalSettings = field(default_factory=DynamicalSettings)
+
+    def validate(self) -> None:
+        for name in ("embed_dim", "hidden_dim", "num_layers", "subword_dim"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.tie_weights and self.hidden_dim != self.embed_dim:
+            raise ConfigError("model.tie_weights needs hidden_dim == embed_dim")
+        bad = set(self.dynamical.fast_params) - {"output", "embedding", "recurrent"}
+        if bad:
+            raise ConfigError(f"model.dynamical.fast_params: unknown {sorted(bad)}")
