@@ -1,0 +1,56 @@
+"""Shared fixtures: one local Ray per test session, MLflow on SQLite, the shared corpora."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("DYNLM_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray cluster (2 CPUs) shared by every Ray test of the session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path, monkeypatch):
+    """A fresh MLflow tracking + registry store on SQLite, artifacts in tmp_path."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DYNLM_MLFLOW_ARTIFACTS", str(tmp_path / "mlartifacts"))
+    return uri
+
+
+def _shared(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (shared corpora are optional)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def litbank_dir() -> Path:
+    return _shared("litbank/conll")
+
+
+@pytest.fixture(scope="session")
+def wikitext_dir() -> Path:
+    return _shared("wikitext-2")
