@@ -1,0 +1,87 @@
+"""DataConfig: everything that decides what a prepared data folder contains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dynlm.config import Config, ConfigError, config_hash
+
+# Bump when the preprocessing code changes its output for the same config (keys prepared folders).
+DATA_FORMAT_VERSION = 1
+
+# Fields that change where/how fast the data is written, not what is written.
+_NOT_HASHED = ("output_root", "num_encode_actors")
+
+
+@dataclass
+class DataConfig(Config):
+    """Settings of the preprocessing job (readers -> anonymization -> vocabulary/BPE -> Parquet).
+
+    Args:
+        inputs: files or folders (``*.conll``, ``*_conll``, ``*.txt``, ``*.gz`` ...).
+        format: ``conll``, ``text`` or ``auto`` (CoNLL when the text has ``#begin document``).
+        output_root: prepared folders go to ``<output_root>/<data_hash>/``.
+        vocab_size: number of word types kept (most frequent in the train split), specials excluded.
+        gamma: fraction of the vocabulary words on the input short list (ceil).
+        bpe_merges: exact number of BPE merges (0 = characters only).
+        max_chains: entity identifiers ``<unk1>..<unk{max_chains}>``.
+        too_many_chains: ``drop`` documents with more chains, or ``truncate`` (later chains keep words).
+        min_chain_mentions: chains with at least this many mentions are anonymized.
+        valid_fraction / test_fraction: hash-based split of the documents (see split.py).
+        split_seed: seed of that hash.
+        lines_per_document: plain text only; >0 cuts documents every that many non-empty lines.
+        num_encode_actors: parallelism of the encode step (not part of the hash).
+    """
+
+    inputs: list[str]
+    format: Literal["auto", "conll", "text"] = "auto"
+    output_root: str = "runs/prepared"
+    vocab_size: int = 10000
+    gamma: float = 0.9
+    bpe_merges: int = 1000
+    max_chains: int = 50
+    too_many_chains: Literal["drop", "truncate"] = "drop"
+    min_chain_mentions: int = 2
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.1
+    split_seed: int = 0
+    lines_per_document: int = 0
+    num_encode_actors: int = 2
+
+    def validate(self) -> None:
+        if not self.inputs:
+            raise ConfigError("inputs: at least one input path is required")
+        if self.vocab_size < 1:
+            raise ConfigError(f"vocab_size: must be >= 1, got {self.vocab_size}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"gamma: must be in [0, 1], got {self.gamma}")
+        if self.bpe_merges < 0:
+            raise ConfigError(f"bpe_merges: must be >= 0, got {self.bpe_merges}")
+        if self.max_chains < 1:
+            raise ConfigError(f"max_chains: must be >= 1, got {self.max_chains}")
+        if self.min_chain_mentions < 1:
+            raise ConfigError(f"min_chain_mentions: must be >= 1, got {self.min_chain_mentions}")
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {value}")
+        if self.valid_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(
+                f"valid_fraction + test_fraction must be < 1 (no train data left), "
+                f"got {self.valid_fraction} + {self.test_fraction}"
+            )
+        if self.lines_per_document < 0:
+            raise ConfigError(f"lines_per_document: must be >= 0, got {self.lines_per_document}")
+        if self.num_encode_actors < 1:
+            raise ConfigError(f"num_encode_actors: must be >= 1, got {self.num_encode_actors}")
+
+    def data_hash(self, length: int = 16) -> str:
+        """Hash of the fields that change the prepared output (plus DATA_FORMAT_VERSION).
+
+        ``output_root`` and ``num_encode_actors`` are left out: the same data written elsewhere
+        or with more actors has the same hash.
+        """
+        data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        data["_data_format_version"] = DATA_FORMAT_VERSION
+        return config_hash(data, length)

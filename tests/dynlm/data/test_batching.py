@@ -1,0 +1,124 @@
+"""Tests of dynlm.data.batching: lockstep sentence batches, flags, unique subwords, sorting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynlm.data.batching import (
+    KIND_AFTER_ENTITY,
+    KIND_FIRST_MENTION,
+    KIND_OOV,
+    KIND_REAPPEAR,
+    batch_documents,
+    collate_documents,
+)
+
+E1, E2 = 20, 21  # <unk1>, <unk2> in the tiny spec (num_words=20); short list = ids < 15
+
+
+@pytest.fixture
+def two_docs(make_row):
+    # doc a: "<bos> 5 <e1> 16 <eos>", "<bos> <e1> <e2> 7 <eos>";  doc b: "<bos> 6 6 <eos>"
+    return [make_row("a", [[5, E1, 16], [E1, E2, 7]]), make_row("b", [[6, 6]])]
+
+
+def test_collate_shapes_mask_and_targets(two_docs, tiny_spec):
+    batch = collate_documents(two_docs, tiny_spec)
+    assert batch.doc_ids == ["a", "b"]
+    assert len(batch.sentences) == 2
+    s0, s1 = batch.sentences
+    assert s0.tokens.tolist() == [[2, 5, E1, 16], [2, 6, 6, 0]]
+    assert s0.targets.tolist() == [[5, E1, 16, 3], [6, 6, 3, 0]]
+    assert s0.mask.tolist() == [[True] * 4, [True, True, True, False]]
+    assert s0.lengths.tolist() == [4, 3]
+    assert s0.entity_ids.tolist() == [[0, 0, 1, 0], [0, 0, 0, 0]]
+    assert s0.target_entity_ids.tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]
+    assert s1.tokens.tolist() == [[2, E1, E2, 7], [0, 0, 0, 0]]
+    assert s1.lengths.tolist() == [4, 0]
+    assert s1.mask[1].any().item() is False
+    assert s0.doc_active.tolist() == [True, True] and s1.doc_active.tolist() == [True, False]
+    assert s0.new_doc.tolist() == [True, True] and s1.new_doc.tolist() == [False, False]
+    assert s0.doc_end.tolist() == [False, True] and s1.doc_end.tolist() == [True, False]
+    assert batch.num_tokens == 4 + 3 + 4
+    assert batch.num_padded == 2 * 4 + 2 * 4 - 11
+
+
+def test_target_kind_flags(two_docs, tiny_spec):
+    s0, s1 = collate_documents(two_docs, tiny_spec).sentences
+    # targets a0: 5, <e1> (first), 16 (after entity, off the short list), <eos>
+    assert s0.target_kind[0].tolist() == [0, KIND_FIRST_MENTION, KIND_AFTER_ENTITY | KIND_OOV, 0]
+    # targets a1: <e1> (re-appears), <e2> (first, after <e1>), 7 (after <e2>), <eos>
+    assert s1.target_kind[0].tolist() == [KIND_REAPPEAR, KIND_FIRST_MENTION | KIND_AFTER_ENTITY, KIND_AFTER_ENTITY, 0]
+    assert s0.target_kind[1].tolist() == [0, 0, 0, 0]
+
+
+def test_unique_subwords_once_per_word(two_docs, tiny_spec):
+    s0 = collate_documents(two_docs, tiny_spec).sentences[0]
+    # unique inputs of step 0: <bos>, 5, <e1>, 16, 6  (6 twice and <bos> twice -> once each)
+    assert s0.unique_words.tolist() == [2, 5, E1, 16, 6]
+    assert s0.token_to_unique.tolist() == [[0, 1, 2, 3], [0, 4, 4, 0]]
+    assert s0.subword_lengths.tolist() == [1, 3, 1, 2, 1]  # subwords_of(): 1 + id % 3 units
+    assert s0.subword_ids.shape == (5, 3)
+    assert s0.subword_ids[3].tolist() == [2 + 16 % 10, 2 + 17 % 10, 0]
+
+
+def test_same_word_id_different_subwords_kept_apart(tiny_spec):
+    # two different <unk> words (id 1) with different spellings stay distinct unique entries
+    row = {"doc_id": "u", "num_tokens": 4, "sentence_lengths": [4], "word_ids": [2, 1, 1, 3],
+           "entity_ids": [0, 0, 0, 0], "subword_ids": [1, 5, 6, 7, 1], "subword_lengths": [1, 1, 2, 1]}
+    s0 = collate_documents([row], tiny_spec).sentences[0]
+    assert s0.unique_words.tolist() == [2, 1, 1]
+    assert s0.token_to_unique.tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("word_ids", [2, 5, 3], "word_ids has 3 entries"),
+        ("sentence_lengths", [1, 3], "fewer than 2 tokens"),
+        ("entity_ids", [0, 1, 0, 0], "entity_ids do not match"),
+        ("subword_lengths", [1, 0, 1, 1], "subword_lengths sum"),
+        ("word_ids", [2, 5, 99, 3], "word id outside"),
+    ],
+)
+def test_bad_rows_name_the_document(make_row, tiny_spec, column, value, message):
+    row = make_row("broken-doc", [[4, 5]])
+    row[column] = value
+    with pytest.raises(ValueError, match="broken-doc") as info:
+        collate_documents([row], tiny_spec)
+    assert message in str(info.value)
+
+
+def test_to_device_keeps_lengths_on_cpu(two_docs, tiny_spec):
+    moved = collate_documents(two_docs, tiny_spec).to("meta")
+    s0 = moved.sentences[0]
+    assert s0.tokens.device.type == "meta" and s0.subword_ids.device.type == "meta"
+    assert s0.lengths.device.type == "cpu" and s0.subword_lengths.device.type == "cpu"
+
+
+def test_batch_documents_sorts_by_length_and_keeps_every_document(make_row, tiny_spec):
+    rows = [make_row(f"d{n}", [[5] * 3] * n) for n in (1, 6, 2, 5, 3, 4)]
+    batches = list(batch_documents(rows, tiny_spec, batch_size=2, seed=0))
+    assert sorted(d for b in batches for d in b.doc_ids) == sorted(r["doc_id"] for r in rows)
+    assert sorted(tuple(b.doc_ids) for b in batches) == [("d1", "d2"), ("d3", "d4"), ("d5", "d6")]
+    unsorted = list(batch_documents(rows, tiny_spec, batch_size=2, sort_by_length=False, seed=None))
+    assert [b.doc_ids for b in unsorted] == [["d1", "d6"], ["d2", "d5"], ["d3", "d4"]]
+    assert sum(b.num_padded for b in batches) < sum(b.num_padded for b in unsorted)
+
+
+def test_batch_documents_shuffle_is_seeded(random_rows, tiny_spec):
+    rows = random_rows(12)
+    order = lambda seed: [b.doc_ids for b in batch_documents(rows, tiny_spec, 3, seed=seed)]  # noqa: E731
+    assert order(1) == order(1)
+    assert sorted(map(tuple, order(1))) == sorted(map(tuple, order(2)))
+
+
+def test_rows_from_numpy_arrays(make_row, tiny_spec):
+    import numpy as np
+
+    row = make_row("np", [[5, 6], [7]])
+    as_numpy = {k: (np.asarray(v, dtype=np.int32) if isinstance(v, list) else v) for k, v in row.items()}
+    a, b = collate_documents([row], tiny_spec), collate_documents([as_numpy], tiny_spec)
+    for x, y in zip(a.sentences, b.sentences):
+        assert torch.equal(x.tokens, y.tokens) and torch.equal(x.target_kind, y.target_kind)

@@ -1,0 +1,36 @@
+"""DataConfig validation and hash; hash-based split."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dynlm.config import ConfigError
+from dynlm.data.config import DataConfig
+from dynlm.data.split import assign_split
+
+
+def test_data_hash_ignores_location_and_parallelism():
+    cfg = DataConfig(inputs=["a.conll"])
+    assert cfg.data_hash() == cfg.replace(output_root="/elsewhere", num_encode_actors=8).data_hash()
+    assert cfg.data_hash() != cfg.replace(bpe_merges=10).data_hash()
+    assert cfg.data_hash() != cfg.replace(inputs=["b.conll"]).data_hash()
+
+
+@pytest.mark.parametrize("bad", [{"gamma": 1.5}, {"valid_fraction": 0.6, "test_fraction": 0.5},
+                                 {"bpe_merges": -1}, {"inputs": []}, {"too_many_chains": "keep"},
+                                 {"vocab_sise": 3}])
+def test_invalid_values_name_the_key(bad):
+    with pytest.raises(ConfigError):
+        DataConfig.from_dict({"inputs": ["x"], **bad})
+
+
+def test_split_is_deterministic_and_roughly_proportional():
+    ids = [f"doc{i}" for i in range(2000)]
+    splits = [assign_split(d, seed=0, valid_fraction=0.1, test_fraction=0.2) for d in ids]
+    assert splits == [assign_split(d, seed=0, valid_fraction=0.1, test_fraction=0.2) for d in ids]
+    counts = Counter(splits)
+    assert 150 < counts["valid"] < 250 and 330 < counts["test"] < 470
+    assert splits != [assign_split(d, seed=1, valid_fraction=0.1, test_fraction=0.2) for d in ids]
+    assert assign_split("x", seed=0, valid_fraction=0, test_fraction=0) == "train"

@@ -1,0 +1,42 @@
+"""Prepared folder: written by prepare_local, read back by PreparedData with pyarrow."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from dynlm.data.config import DataConfig
+from dynlm.data.local_prepare import prepare_local
+from dynlm.data.prepared import PreparedData
+from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.synth import SynthConfig, write_conll
+
+
+def test_prepare_local_and_read_back(tmp_path):
+    write_conll(SynthConfig(num_documents=40, docs_per_file=20), tmp_path / "raw")
+    (tmp_path / "raw" / "broken.conll").write_text("#begin document (broken); part 0\n\n#end document\n")
+    cfg = DataConfig(inputs=[str(tmp_path / "raw")], output_root=str(tmp_path / "out"),
+                     vocab_size=100, bpe_merges=50, max_chains=6, valid_fraction=0.2, test_fraction=0.2)
+    data = prepare_local(cfg)
+    assert data.root == tmp_path / "out" / cfg.data_hash()
+    assert data.manifest["config_hash"] == cfg.data_hash()
+    counts = {split: data.num_documents(split) for split in ("train", "valid", "test")}
+    assert sum(counts.values()) == 40 and min(counts.values()) > 0
+    assert data.manifest["counts"]["train_documents"] == counts["train"]
+    assert pq.read_schema(data.files("train")[0]).equals(ENCODED_SCHEMA)
+    rows = list(data.iter_rows("valid"))
+    assert len(rows) == counts["valid"]
+    assert data.spec == data.preprocessor.spec and data.spec.num_entities == 6
+    row = rows[0]
+    assert row["num_tokens"] == len(row["word_ids"]) == len(row["entity_ids"]) == sum(row["sentence_lengths"])
+    assert max(row["entity_ids"]) >= 2 and max(row["word_ids"]) < data.spec.output_size
+    (bad,) = data.quarantine_rows()
+    assert bad["doc_id"] == "broken/part_0" and bad["reason"].startswith("empty document")
+    assert pq.read_schema(next((data.root / "quarantine").glob("*.parquet"))).equals(QUARANTINE_SCHEMA)
+    with pytest.raises(KeyError, match="unknown split"):
+        data.files("dev")
+
+
+def test_open_requires_manifest(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a prepared data folder"):
+        PreparedData.open(tmp_path)
