@@ -1,0 +1,111 @@
+"""The paper metrics: perplexity over all tokens, entity first mentions, re-appearing entity
+mentions, tokens after an entity mention, and out-of-short-list words.
+
+Everything is kept as sums of NLL (nats) and token counts so batches and DDP workers
+aggregate exactly: all-reduce :meth:`MetricAccumulator.as_tensor` and rebuild with
+:meth:`MetricAccumulator.from_tensor`, or add accumulators with :meth:`merge`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dynlm.data.batching import KIND_AFTER_ENTITY, KIND_FIRST_MENTION, KIND_OOV, KIND_REAPPEAR
+from dynlm.losses import token_nll
+
+# name -> KIND_* bit (None: all tokens)
+CATEGORIES: dict[str, int | None] = {
+    "all": None,
+    "first_mention": KIND_FIRST_MENTION,
+    "reappearing": KIND_REAPPEAR,
+    "after_entity": KIND_AFTER_ENTITY,
+    "oov": KIND_OOV,
+}
+
+
+def perplexity(nll_sum: float, count: float) -> float:
+    """``exp(nll_sum / count)``; NaN when there are no tokens, inf on overflow."""
+    if count <= 0:
+        return float("nan")
+    mean = nll_sum / count
+    return math.exp(mean) if mean < 700 else float("inf")
+
+
+class MetricAccumulator:
+    """Sums of NLL and counts per category.
+
+    Attributes:
+        nll_sum: ``{category: float}`` summed NLL in nats.
+        count: ``{category: int}`` number of target tokens.
+    """
+
+    def __init__(self):
+        self.nll_sum = {name: 0.0 for name in CATEGORIES}
+        self.count = {name: 0 for name in CATEGORIES}
+
+    def update_from_nll(self, nll: torch.Tensor, batch) -> None:
+        """Add per-token NLL ``[B, L]`` (any value at padding) of a ``SentenceBatch``."""
+        nll = nll.detach().double()
+        mask = batch.mask.to(nll.device)
+        kind = batch.target_kind.to(nll.device)
+        sums, counts = [], []
+        for bit in CATEGORIES.values():
+            selected = mask if bit is None else mask & ((kind & bit) != 0)
+            sums.append(torch.where(selected, nll, torch.zeros_like(nll)).sum())
+            counts.append(selected.sum().double())
+        values = torch.stack(sums + counts).cpu().tolist()  # one device sync per sentence
+        for i, name in enumerate(CATEGORIES):
+            self.nll_sum[name] += values[i]
+            self.count[name] += int(values[len(CATEGORIES) + i])
+
+    def update(self, logits: torch.Tensor, batch) -> None:
+        """Add the NLL of ``logits [B, L, V]`` against ``batch.targets``."""
+        self.update_from_nll(token_nll(logits, batch.targets.to(logits.device), batch.mask.to(logits.device)), batch)
+
+    def merge(self, other: "MetricAccumulator") -> "MetricAccumulator":
+        for name in CATEGORIES:
+            self.nll_sum[name] += other.nll_sum[name]
+            self.count[name] += other.count[name]
+        return self
+
+    def as_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[2 * num_categories]`` float64: NLL sums then counts (all-reduce with SUM)."""
+        return torch.tensor(
+            [self.nll_sum[n] for n in CATEGORIES] + [float(self.count[n]) for n in CATEGORIES],
+            dtype=torch.float64,
+            device=device,
+        )
+
+    @classmethod
+    def from_tensor(cls, values: torch.Tensor) -> "MetricAccumulator":
+        acc = cls()
+        values = values.detach().cpu().tolist()
+        if len(values) != 2 * len(CATEGORIES):
+            raise ValueError(f"MetricAccumulator.from_tensor: expected {2 * len(CATEGORIES)} values, got {len(values)}")
+        for i, name in enumerate(CATEGORIES):
+            acc.nll_sum[name] = values[i]
+            acc.count[name] = int(round(values[len(CATEGORIES) + i]))
+        return acc
+
+    def compute(self) -> dict[str, float]:
+        """Metrics dict.
+
+        Returns:
+            ``loss`` (mean NLL), ``ppl``, ``ppl_first_mention``, ``ppl_reappearing``,
+            ``ppl_after_entity``, ``ppl_oov`` (NaN when a category is empty), ``tokens``,
+            and the raw ``nll_sum_<category>`` / ``count_<category>`` values.
+        """
+        out: dict[str, float] = {}
+        total = self.count["all"]
+        out["loss"] = self.nll_sum["all"] / total if total else float("nan")
+        out["ppl"] = perplexity(self.nll_sum["all"], total)
+        for name in CATEGORIES:
+            if name != "all":
+                out[f"ppl_{name}"] = perplexity(self.nll_sum[name], self.count[name])
+        out["tokens"] = total
+        for name in CATEGORIES:
+            out[f"nll_sum_{name}"] = self.nll_sum[name]
+            out[f"count_{name}"] = self.count[name]
+        return out

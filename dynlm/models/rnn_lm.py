@@ -1,0 +1,179 @@
+"""Baseline recurrent language model: embedding -> LSTM/GRU -> output over words + entities.
+
+The pieces are public so other models compose them (the DNTM adds entity embeddings between
+:meth:`RNNLM.embed` and :meth:`RNNLM.run_rnn`, and entity scores after it)::
+
+    x = model.input_dropout(model.embed(batch))              # [B, L, E]
+    hidden, state = model.run_rnn(x, state, batch.lengths)   # [B, L, H]
+    logits = model.output_logits(hidden)                     # [B, L, V_out]
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from dynlm.models.config import ModelConfig
+from dynlm.models.outputs import LMOutput, accepts_sentence_lists
+from dynlm.modules.locked_dropout import LockedDropout
+from dynlm.modules.subword_embedding import SubwordAugmentedEmbedding
+from dynlm.vocab_spec import VocabSpec
+
+
+class RNNState(NamedTuple):
+    """Recurrent state. ``h``: ``[num_layers, B, H]``; ``c``: same for LSTM, ``None`` for GRU."""
+
+    h: torch.Tensor
+    c: torch.Tensor | None
+
+
+def rnn_lm_small(**overrides) -> ModelConfig:
+    """A small LSTM LM for tests and smoke runs (64-dim, 1 layer)."""
+    cfg = dict(type="rnn", backbone="lstm", embed_dim=64, hidden_dim=64, num_layers=1, dropout=0.1)
+    return ModelConfig.from_dict({**cfg, **overrides})
+
+
+def rnn_lm_base(**overrides) -> ModelConfig:
+    """The baseline size used in reports (256-dim embeddings, 2 x 512 LSTM, dropout 0.3)."""
+    cfg = dict(type="rnn", backbone="lstm", embed_dim=256, hidden_dim=512, num_layers=2, dropout=0.3)
+    return ModelConfig.from_dict({**cfg, **overrides})
+
+
+def rnn_lm_subword_small(**overrides) -> ModelConfig:
+    """:func:`rnn_lm_small` with subword-augmented input embeddings (word ⋄ subword, concat)."""
+    return rnn_lm_small(**{"embedding": "word+subword", "combine": "concat", "subword_dim": 32, **overrides})
+
+
+class RNNLM(nn.Module):
+    """Embedding -> locked dropout -> LSTM/GRU -> locked dropout -> linear over ``spec.output_size``.
+
+    Args:
+        cfg: the model config (``backbone``, ``embed_dim``, ``hidden_dim``, ``num_layers``,
+            ``dropout``, ``tie_weights``, ``embedding``, ``combine``, ``subword_dim``).
+        spec: vocabulary sizes and special ids.
+    """
+
+    needs_grad_at_eval = False
+
+    def __init__(self, cfg: ModelConfig, spec: VocabSpec):
+        super().__init__()
+        self.cfg = cfg
+        self.spec = spec
+        self.embedding = SubwordAugmentedEmbedding(
+            spec, cfg.embed_dim, cfg.subword_dim, mode=cfg.embedding, combine=cfg.combine
+        )
+        self.input_dropout = LockedDropout(cfg.dropout)
+        rnn_cls = nn.LSTM if cfg.backbone == "lstm" else nn.GRU
+        self.rnn = rnn_cls(
+            cfg.embed_dim,
+            cfg.hidden_dim,
+            num_layers=cfg.num_layers,
+            dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.output_dropout = LockedDropout(cfg.dropout)
+        self.decoder = nn.Linear(cfg.hidden_dim, spec.output_size)
+        if cfg.tie_weights:
+            word = self.embedding.word
+            if word is None or word.weight.size(1) != cfg.hidden_dim:
+                raise ValueError(
+                    "model.tie_weights needs a word embedding of hidden_dim units: use "
+                    f"embedding='word' or combine='sum'/'mul' (got embedding={cfg.embedding!r}, "
+                    f"combine={cfg.combine!r})"
+                )
+            self.decoder.weight = word.weight
+
+    # ----- state -------------------------------------------------------------------------
+    def init_state(self, batch_size: int, device: torch.device | str | None = None) -> RNNState:
+        """Zero state for ``batch_size`` documents (on ``device``, default: the parameters')."""
+        device = device if device is not None else self.decoder.weight.device
+        shape = (self.cfg.num_layers, batch_size, self.cfg.hidden_dim)
+        h = torch.zeros(shape, device=device)
+        c = torch.zeros(shape, device=device) if self.cfg.backbone == "lstm" else None
+        return RNNState(h, c)
+
+    @staticmethod
+    def detach_state(state: RNNState) -> RNNState:
+        """Cut the autograd history (truncated BPTT boundary)."""
+        return RNNState(state.h.detach(), None if state.c is None else state.c.detach())
+
+    @staticmethod
+    def reset_state(state: RNNState, keep: torch.Tensor) -> RNNState:
+        """Zero the rows of documents that end / start.
+
+        Args:
+            state: current state.
+            keep: ``[B]`` bool, False where the row's state is reset to zeros.
+        """
+        scale = keep.to(state.h.device, state.h.dtype).view(1, -1, 1)  # [1, B, 1]
+        return RNNState(state.h * scale, None if state.c is None else state.c * scale)
+
+    # ----- composable pieces -------------------------------------------------------------
+    def embed(self, batch) -> torch.Tensor:
+        """Input embeddings of ``batch.tokens`` (no dropout): ``[B, L, E]``."""
+        return self.embedding(batch)
+
+    def run_rnn(
+        self, x: torch.Tensor, state: RNNState, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, RNNState]:
+        """Run the recurrent layers over padded inputs.
+
+        Args:
+            x: ``[B, L, E]`` inputs; row b is real for its first ``lengths[b]`` positions.
+            state: state before position 0.
+            lengths: ``[B]`` int (CPU preferred), or None when no row is padded. Rows of
+                length 0 (documents that already ended) keep their state unchanged.
+
+        Returns:
+            ``hidden [B, L, H]`` (zeros at padded positions) and the state after each row's
+            last real position.
+        """
+        hx = state if state.c is not None else state.h
+        if lengths is None:
+            hidden, new = self.rnn(x, hx)
+            return hidden, _as_state(new)
+        lengths = lengths.to("cpu", torch.int64)
+        if bool((lengths == x.size(1)).all()):
+            hidden, new = self.rnn(x, hx)
+            return hidden, _as_state(new)
+        packed = pack_padded_sequence(x, lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
+        out, new = self.rnn(packed, hx)
+        hidden, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        new = _as_state(new)
+        if bool((lengths == 0).any()):
+            active = (lengths > 0).to(x.device).view(1, -1, 1)  # [1, B, 1]
+            new = RNNState(
+                torch.where(active, new.h, state.h),
+                None if new.c is None else torch.where(active, new.c, state.c),
+            )
+            hidden = hidden * active.view(-1, 1, 1).to(hidden.dtype)
+        return hidden, new
+
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Output dropout + linear layer: ``[B, L, H] -> [B, L, V_out]``."""
+        return self.decoder(self.output_dropout(hidden))
+
+    # ----- forward -----------------------------------------------------------------------
+    @accepts_sentence_lists
+    def forward(self, batch, state: RNNState) -> tuple[LMOutput, RNNState]:
+        """One sentence step (a list of steps -> list of outputs, see ``accepts_sentence_lists``).
+
+        Args:
+            batch: a ``SentenceBatch`` (tokens ``[B, L]``, lengths ``[B]``, subword tensors).
+            state: the state before the sentence.
+
+        Returns:
+            ``LMOutput`` (logits ``[B, L, V_out]``, hidden ``[B, L, H]``) and the new state.
+        """
+        x = self.input_dropout(self.embed(batch))  # [B, L, E]
+        hidden, state = self.run_rnn(x, state, batch.lengths)  # [B, L, H]
+        return LMOutput(logits=self.output_logits(hidden), hidden=hidden), state
+
+
+def _as_state(new) -> RNNState:
+    if isinstance(new, tuple):
+        return RNNState(new[0], new[1])
+    return RNNState(new, None)
