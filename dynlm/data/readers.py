@@ -76,8 +76,7 @@ def parse_file(
     """Parse one input file.
 
     Args:
-        data: the file's bytes (gzip-compressed when ``source_file`` ends with ``.gz`` or the
-            bytes start with the gzip magic).
+        data: the file's bytes, gzip-compressed or not (decided by the gzip magic bytes).
         source_file: the file's path or URI, recorded in every output.
         format: ``conll``, ``text`` or ``auto`` (CoNLL if a line starts with '#begin document').
         lines_per_document: plain text only, see :mod:`dynlm.data.plaintext`.
@@ -87,7 +86,9 @@ def parse_file(
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    if source_file.endswith(".gz") or data[:2] == b"\x1f\x8b":
+    # Gunzip by the magic bytes, not the name: a reader that already decompressed
+    # a ``*.gz`` file (Ray Data does) hands over plain bytes under the same name.
+    if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:

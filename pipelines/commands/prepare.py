@@ -1,0 +1,69 @@
+"""``dynlm prepare``: the Ray Data preprocessing job (read, anonymize, fit, encode to Parquet)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+QUARANTINE_EXIT_CODE = 2
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "prepare", help="Ray Data: read, anonymize, fit vocabulary + BPE, encode to Parquet shards",
+        description="Prepare <output-root>/<data-hash>/ (Parquet shards per split, quarantine, "
+                    "preprocessor.json, manifest.json). A complete folder with the same data "
+                    "settings is reused without recomputing.",
+    )
+    parser.add_argument("--config", help="YAML with the data settings (a DataConfig mapping, or a job "
+                                         "config whose `data:` section is used)")
+    parser.add_argument("--input", action="append", default=[], metavar="PATH",
+                        help="input file, folder or URI (s3://, gs://); repeatable; replaces the config's inputs")
+    parser.add_argument("--output-root", help="where prepared folders go (default: the config's output_root)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a data setting, e.g. --set vocab_size=5000 (repeatable)")
+    parser.add_argument("--strict", action="store_true",
+                        help=f"exit with code {QUARANTINE_EXIT_CODE} if any input record is quarantined")
+    parser.add_argument("--no-progress", action="store_true", help="hide Ray Data progress bars")
+    parser.set_defaults(func=run_prepare)
+
+
+def load_data_config(config_path: str | None, inputs: list[str], output_root: str | None, overrides: list[str]):
+    """DataConfig from YAML (plain or a job config's ``data:`` section), flags, then --set overrides."""
+    import yaml
+
+    from dynlm.config import ConfigError
+    from dynlm.data.config import DataConfig
+
+    data: dict = {}
+    if config_path:
+        with open(config_path, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{config_path}: top level must be a mapping")
+        data = dict(loaded["data"]) if isinstance(loaded.get("data"), dict) else loaded
+    if inputs:
+        data["inputs"] = list(inputs)
+    if output_root:
+        data["output_root"] = output_root
+    if not data.get("inputs"):
+        raise ConfigError("no inputs: pass --input PATH (repeatable) or set `inputs:` in --config")
+    return DataConfig.from_dict(data).with_overrides(overrides)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from dynlm.config import ConfigError
+    from pipelines.prepare import QuarantineError, prepare
+
+    try:
+        cfg = load_data_config(args.config, args.input, args.output_root, args.overrides)
+    except ConfigError as exc:
+        print(f"dynlm prepare: {exc}", file=sys.stderr)
+        return QUARANTINE_EXIT_CODE
+    try:
+        prepared = prepare(cfg, strict=args.strict, progress=not args.no_progress)
+    except QuarantineError as exc:
+        print(f"dynlm prepare: {exc}", file=sys.stderr)
+        return QUARANTINE_EXIT_CODE
+    print(f"prepared data: {prepared.root}")
+    return 0

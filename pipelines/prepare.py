@@ -1,0 +1,313 @@
+"""Ray Data preprocessing job: input files -> anonymized, split, encoded Parquet shards.
+
+Stages (one Ray Dataset flows through them; raw text never comes back to the driver)::
+
+    read_binary_files(inputs, include_paths=True)       one row per input file
+    map_batches(parse_files)                            parse_file -> anonymize -> assign_split
+                                                        (documents and quarantine records, one table)
+    map_batches(count_train_words).groupby("word").sum("count")    word counts of the TRAIN split
+    --- driver: Preprocessor.fit(word counts) (vocabulary + short list + BPE), saved as JSON ---
+    map_batches(EncodeDocuments, ActorPoolStrategy)     each actor loads the preprocessor JSON once
+    --- driver: encoded ids streamed with iter_batches, sorted by doc_id per split, written ---
+
+Output: ``<output_root>/<data_hash>/`` with ``train|valid|test/part-NNNNN.parquet``
+(ENCODED_SCHEMA), ``quarantine/part-00000.parquet``, ``preprocessor.json`` and, written last,
+``manifest.json``. The folder is built in a temporary folder and renamed into place under a
+file lock, so concurrent callers build it once and a complete folder is reused as is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dynlm.data.config import DataConfig
+from dynlm.data.prepared import PreparedData
+from dynlm.data.preprocessor import Preprocessor
+from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from pipelines.prepare_stages import DOC_STATS, EncodeDocuments, count_train_words, parse_files
+
+SPLITS = ("train", "valid", "test")
+ROWS_PER_SHARD = 256  # documents per Parquet file (fixed: part of the byte-identical output)
+ROW_GROUP_SIZE = 64  # documents per Parquet row group
+DOCS_PER_BLOCK = 32  # Ray Data block size after parsing (spreads one big file over the actors)
+
+
+class QuarantineError(RuntimeError):
+    """``strict`` was asked and some inputs were quarantined.
+
+    Attributes:
+        counts: the manifest counts of the (complete, written) prepared folder.
+        root: the prepared folder; its ``quarantine/`` Parquet lists file, doc_id, line, reason.
+    """
+
+    def __init__(self, counts: dict, root: Path, examples: list[str]):
+        self.counts = counts
+        self.root = root
+        super().__init__(
+            f"{counts['quarantined']} input record(s) quarantined (strict mode); see "
+            f"{root / 'quarantine'}. First: " + "; ".join(examples)
+        )
+
+
+def _resolve_inputs(inputs: list[str]) -> list[str]:
+    """Absolute local paths (Ray workers do not share the driver's cwd); URIs as given."""
+    resolved = []
+    for item in inputs:
+        if "://" in item:
+            resolved.append(item)
+            continue
+        path = Path(item).expanduser().resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"DataConfig.inputs: {item!r} does not exist (resolved to {path})")
+        resolved.append(str(path))
+    return resolved
+
+
+def _collect(ds) -> pa.Table | None:
+    """A small dataset (one row per document, no text) as one Arrow table on the driver."""
+    tables = list(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+    return pa.concat_tables(tables) if tables else None
+
+
+def _write_shards(table: pa.Table, folder: Path, schema: pa.Schema, rows_per_shard: int) -> list[str]:
+    """Write ``table`` as ``part-00000.parquet``, ... (at least one file, maybe empty)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for index, start in enumerate(range(0, max(table.num_rows, 1), rows_per_shard)):
+        part = table.slice(start, rows_per_shard).cast(schema).combine_chunks()
+        name = f"part-{index:05d}.parquet"
+        pq.write_table(part, folder / name, row_group_size=ROW_GROUP_SIZE, compression="zstd",
+                       use_dictionary=False, write_statistics=True)
+        names.append(f"{folder.name}/{name}")
+    return names
+
+
+def _token_stats(table: pa.Table, spec) -> tuple[int, int, int]:
+    """(word tokens, OOV word tokens, subwords of word tokens) of encoded rows (no specials/entities)."""
+    if table.num_rows == 0:
+        return 0, 0, 0
+    word_ids = pc.list_flatten(table["word_ids"]).to_numpy()
+    entity_ids = pc.list_flatten(table["entity_ids"]).to_numpy()
+    lengths = pc.list_flatten(table["subword_lengths"]).to_numpy()
+    is_word = (entity_ids == 0) & (word_ids != spec.bos_id) & (word_ids != spec.eos_id)
+    return int(is_word.sum()), int((word_ids[is_word] == spec.unk_id).sum()), int(lengths[is_word].sum())
+
+
+def _build(cfg: DataConfig, out: Path, progress: bool) -> dict:
+    """Run the Ray Data job into ``out`` (an empty temporary folder); returns the manifest."""
+    import ray
+
+    from pipelines.ray_env import init_ray
+
+    init_ray()
+    ctx = ray.data.DataContext.get_current()
+    previous_progress, ctx.enable_progress_bars = ctx.enable_progress_bars, progress
+    try:
+        return _run_job(cfg, out, ray)
+    finally:
+        ctx.enable_progress_bars = previous_progress
+
+
+def _check_documents(meta: pa.Table | None, cfg: DataConfig) -> None:
+    """Clear errors for no input, no readable document, or a doc_id seen twice."""
+    if meta is None:
+        raise ValueError(f"DataConfig.inputs {cfg.inputs}: no input files were found")
+    kinds = meta["kind"].to_numpy(zero_copy_only=False)
+    if not (kinds == "document").any():
+        raise ValueError(f"DataConfig.inputs {cfg.inputs}: no document could be read ({int((kinds == 'quarantine').sum())} "
+                         f"quarantined, {int((kinds == 'dropped').sum())} dropped)")
+    seen: dict[str, str] = {}
+    for kind, doc_id, source in zip(kinds, meta["doc_id"].to_pylist(), meta["source_file"].to_pylist()):
+        if kind != "document":
+            continue
+        if doc_id in seen:
+            raise ValueError(f"duplicate doc_id {doc_id!r} in {seen[doc_id]} and {source} "
+                             "(is a file listed twice in DataConfig.inputs?)")
+        seen[doc_id] = source
+
+
+def _train_word_counts(parsed, ray) -> dict[str, int]:
+    """Word counts of the train split: per-batch value counts, then a Ray Data groupby-sum."""
+    num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
+    counted = parsed.map_batches(count_train_words, batch_format="pyarrow", batch_size=None)
+    word_counts: dict[str, int] = {}
+    for batch in counted.groupby("word", num_partitions=num_partitions).sum("count").iter_batches(
+            batch_format="pyarrow", batch_size=None):
+        word_counts.update(zip(batch["word"].to_pylist(), batch["sum(count)"].to_pylist()))
+    return word_counts
+
+
+def _encode_by_split(parsed, preprocessor: Preprocessor, cfg: DataConfig, ray) -> dict[str, pa.Table]:
+    """Encode on an actor pool; stream the encoded ids back, sorted by doc_id per split."""
+    encoded = parsed.map_batches(
+        EncodeDocuments, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
+        compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None,
+    )
+    parts: dict[str, list[pa.Table]] = defaultdict(list)
+    for batch in encoded.iter_batches(batch_format="pyarrow", batch_size=None):
+        for split in SPLITS:
+            part = batch.filter(pc.equal(batch["split"], split))
+            if part.num_rows:
+                parts[split].append(part.drop_columns(["split"]))
+    return {
+        split: (pa.concat_tables(parts[split]) if parts[split] else ENCODED_SCHEMA.empty_table())
+        .sort_by([("doc_id", "ascending")])
+        for split in SPLITS
+    }
+
+
+def _summarize(meta: pa.Table, tables: dict[str, pa.Table], spec) -> dict:
+    """The manifest counts (documents/sentences/tokens per split, anonymization, OOV, subwords)."""
+    counts: dict = {"documents": {}, "sentences": {}, "tokens": {}}
+    words_total = subwords_total = oov_valid = words_valid = 0
+    for split in SPLITS:
+        rows = meta.filter(pc.and_(pc.equal(meta["kind"], "document"), pc.equal(meta["split"], split)))
+        counts["documents"][split] = tables[split].num_rows
+        counts["sentences"][split] = int(pc.sum(rows["num_sentences"]).as_py() or 0)
+        counts["tokens"][split] = int(pc.sum(rows["num_tokens"]).as_py() or 0)
+        words, oov, subwords = _token_stats(tables[split], spec)
+        words_total, subwords_total = words_total + words, subwords_total + subwords
+        if split == "valid":
+            oov_valid, words_valid = oov, words
+    for key in DOC_STATS:
+        counts[key] = int(pc.sum(meta[key]).as_py() or 0)
+    kinds = meta["kind"].to_numpy(zero_copy_only=False)
+    counts["dropped_docs"] = int((kinds == "dropped").sum())
+    counts["quarantined"] = int((kinds == "quarantine").sum())
+    counts["input_files"] = len(set(meta["source_file"].to_pylist()))
+    counts["oov_rate_valid"] = round(oov_valid / words_valid, 6) if words_valid else 0.0
+    counts["subwords_per_word"] = round(subwords_total / words_total, 6) if words_total else 0.0
+    counts["vocab_words"] = spec.num_words
+    counts["subword_vocab"] = spec.num_subwords
+    return counts
+
+
+def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        timings[stage] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
+
+    files = ray.data.read_binary_files(_resolve_inputs(cfg.inputs), include_paths=True)
+    parsed = (
+        files.map_batches(parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": cfg.to_dict()})
+        .repartition(target_num_rows_per_block=DOCS_PER_BLOCK)
+        .materialize()
+    )
+    meta = _collect(parsed.drop_columns(["sentences"]))  # one small row per document, no text
+    _check_documents(meta, cfg)
+    lap("read_parse_anonymize")
+    word_counts = _train_word_counts(parsed, ray)
+    lap("count_words")
+    preprocessor = Preprocessor.fit(word_counts, cfg)
+    preprocessor.save(out / "preprocessor.json")
+    lap("fit_preprocessor")
+    tables = _encode_by_split(parsed, preprocessor, cfg, ray)
+    lap("encode")
+
+    files_written = {split: _write_shards(tables[split], out / split, ENCODED_SCHEMA, ROWS_PER_SHARD)
+                     for split in SPLITS}
+    quarantine = meta.filter(pc.equal(meta["kind"], "quarantine")).select(
+        ["source_file", "doc_id", "line", "reason"]).sort_by(
+        [("source_file", "ascending"), ("line", "ascending"), ("doc_id", "ascending"), ("reason", "ascending")])
+    files_written["quarantine"] = _write_shards(quarantine, out / "quarantine", QUARANTINE_SCHEMA,
+                                                max(1, quarantine.num_rows))
+    counts = _summarize(meta, tables, preprocessor.spec)
+    lap("write")
+    timings["build"] = round(sum(timings.values()), 3)
+    return {
+        "config": cfg.to_dict(),
+        "config_hash": cfg.data_hash(),
+        "counts": counts,
+        "preprocessor": "preprocessor.json",
+        "splits": {split: split for split in SPLITS},
+        "quarantine": "quarantine",
+        "files": files_written,
+        "timings_s": timings,
+    }
+
+
+def format_summary(counts: dict) -> str:
+    """The end-of-job table of the manifest counts."""
+    lines = [f"{'':28s}{'train':>12s}{'valid':>12s}{'test':>12s}"]
+    for key in ("documents", "sentences", "tokens"):
+        lines.append(f"{key:28s}" + "".join(f"{counts[key][s]:>12,d}" for s in SPLITS))
+    for key, label in (("chains", "chains"), ("anonymized_mentions", "anonymized mentions"),
+                       ("dropped_nested", "dropped nested mentions"),
+                       ("dropped_overlapping", "dropped overlapping mentions"),
+                       ("dropped_docs_too_many_chains", "dropped docs (too many chains)"),
+                       ("truncated_chains", "truncated chains"), ("quarantined", "quarantined records")):
+        lines.append(f"{label:28s}{counts[key]:>12,d}")
+    lines.append(f"{'OOV rate (valid)':28s}{counts['oov_rate_valid']:>12.4f}")
+    lines.append(f"{'subwords per word':28s}{counts['subwords_per_word']:>12.3f}")
+    return "\n".join(lines)
+
+
+def _check_strict(prepared: PreparedData, strict: bool) -> None:
+    counts = prepared.manifest["counts"]
+    if strict and counts["quarantined"]:
+        rows = prepared.quarantine_rows()[:3]
+        examples = [f"{r['source_file']}:{r['line']} {r['doc_id']!r}: {r['reason']}" for r in rows]
+        raise QuarantineError(counts, prepared.root, examples)
+
+
+def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> PreparedData:
+    """Prepare (or reuse) the data folder ``<cfg.output_root>/<cfg.data_hash()>/``.
+
+    Args:
+        cfg: the data config; ``output_root`` and ``num_encode_actors`` do not change the output.
+        strict: raise :class:`QuarantineError` when any input record was quarantined (the
+            folder is still written, with its quarantine Parquet, for inspection).
+        progress: show Ray Data progress bars.
+
+    Returns:
+        The prepared folder, opened.
+
+    Raises:
+        QuarantineError: strict and something was quarantined.
+        FileNotFoundError / ValueError: missing inputs, no readable document, duplicate doc ids.
+    """
+    output_root = Path(cfg.output_root).expanduser().resolve()
+    final = output_root / cfg.data_hash()
+    if (final / "manifest.json").exists():
+        print(f"prepare: reusing {final} (complete; nothing recomputed)")
+        prepared = PreparedData.open(final)
+        _check_strict(prepared, strict)
+        return prepared
+
+    output_root.mkdir(parents=True, exist_ok=True)
+    with open(output_root / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent callers with the same config wait here
+        if (final / "manifest.json").exists():
+            print(f"prepare: reusing {final} (built by a concurrent caller)")
+        else:
+            tmp = output_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+            tmp.mkdir()
+            try:
+                manifest = _build(cfg, tmp, progress)
+                (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+                if final.exists():  # an incomplete folder (no manifest) left by hand: replace it
+                    shutil.rmtree(final)
+                os.rename(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            print(f"prepare: wrote {final} in {manifest['timings_s']['build']:.1f} s")
+    prepared = PreparedData.open(final)
+    print(format_summary(prepared.manifest["counts"]))
+    _check_strict(prepared, strict)
+    return prepared

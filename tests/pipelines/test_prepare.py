@@ -1,0 +1,176 @@
+"""The Ray Data preprocessing job on real Ray (the session's local cluster) and real Parquet.
+
+Each prepare() build is a few Ray Data jobs (seconds each on 2 cores), so the tests share builds:
+one synthetic corpus (with a malformed file) built twice (API, then CLI into another root).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dynlm.data.anonymize import anonymize
+from dynlm.data.config import DataConfig
+from dynlm.data.prepared import PreparedData
+from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.split import assign_split
+from dynlm.data.synth import SynthConfig, generate, write_conll
+from dynlm.data.preprocessor import Preprocessor
+from pipelines.cli import main
+from pipelines.prepare_stages import encode_documents
+from pipelines.prepare import SPLITS, QuarantineError, format_summary, prepare
+from pipelines.ray_env import init_ray
+
+SYNTH = SynthConfig(num_documents=40, seed=3, docs_per_file=10)
+BROKEN = "#begin document (broken); part 0\nbroken 0 0 The\n\n#end document\n"
+SETTINGS = {"bpe_merges": 40, "vocab_size": 60, "max_chains": 8, "num_encode_actors": 2}
+
+
+def _shard_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}
+
+
+def test_encode_documents_equals_encode_document_per_document():
+    """The vectorized batch encoder gives exactly Preprocessor.encode_document's rows (no Ray)."""
+    cfg = DataConfig(inputs=["unused"], vocab_size=4, gamma=0.5, bpe_merges=3, max_chains=3)
+    preprocessor = Preprocessor.fit({"the": 9, "cat": 7, "sat": 5, "on": 4, "mat": 3, "über": 2}, cfg)
+    documents = [
+        [["the", "cat", "<unk1>", "sat"], ["on", "the", "mat", "qx"]],
+        [],  # no sentence
+        [[], ["<unk3>", "<unk1>", "über"]],  # an empty sentence
+        [["zzz"]],
+    ]
+    columns = encode_documents(preprocessor, pa.chunked_array([pa.array(documents, pa.list_(pa.list_(pa.string())))]))
+    assert set(columns) == set(ENCODED_SCHEMA.names) - {"doc_id", "source_file"}
+    for index, sentences in enumerate(documents):
+        assert {k: v[index].as_py() for k, v in columns.items()} == preprocessor.encode_document(sentences)
+    assert columns["num_tokens"].to_pylist() == [12, 0, 7, 3]
+    with pytest.raises(ValueError, match="beyond max_chains=3"):
+        encode_documents(preprocessor, pa.array([[["<unk4>"]]], pa.list_(pa.list_(pa.string()))))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The synthetic corpus written by `dynlm data synth`, plus one malformed CoNLL file."""
+    folder = tmp_path_factory.mktemp("corpus")
+    assert main(["data", "synth", "--out", str(folder), "--num-documents", str(SYNTH.num_documents),
+                 "--seed", str(SYNTH.seed), "--docs-per-file", str(SYNTH.docs_per_file)]) == 0
+    reference = write_conll(SYNTH, tmp_path_factory.mktemp("reference"))
+    assert [p.read_bytes() for p in reference] == [(folder / p.name).read_bytes() for p in reference]
+    (folder / "broken.conll").write_text(BROKEN)
+    last = reference[-1].name  # one gzipped file: Ray Data gunzips *.gz while reading, the reader too
+    (folder / f"{last}.gz").write_bytes(gzip.compress((folder / last).read_bytes()))
+    (folder / last).unlink()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built(ray_session, corpus, tmp_path_factory) -> PreparedData:
+    cfg = DataConfig(inputs=[str(corpus)], output_root=str(tmp_path_factory.mktemp("prepared_a")), **SETTINGS)
+    return prepare(cfg, progress=False)
+
+
+def test_prepare_counts_and_rows_match_the_library(built, corpus):
+    cfg = DataConfig.from_dict(built.manifest["config"])
+    counts = built.manifest["counts"]
+    assert built.root.name == cfg.data_hash() == built.manifest["config_hash"]
+
+    # The expected documents: the library's own pipeline, document by document.
+    expected = {}
+    for doc in generate(SYNTH):
+        source = corpus / doc["source_file"]
+        doc = dict(doc, source_file=str(source if source.exists() else f"{source}.gz"))
+        anonymized, _ = anonymize(doc, max_chains=cfg.max_chains, min_chain_mentions=cfg.min_chain_mentions)
+        if anonymized is not None:
+            expected[doc["doc_id"]] = anonymized
+    assert sum(counts["documents"].values()) == len(expected) == SYNTH.num_documents - counts["dropped_docs"]
+    assert counts["chains"] > 0 and counts["anonymized_mentions"] >= 2 * counts["chains"]
+
+    seen = {}
+    for split in SPLITS:
+        files = built.files(split)
+        assert [f.name for f in files] == ["part-00000.parquet"]
+        assert pq.read_schema(files[0]).remove_metadata() == ENCODED_SCHEMA
+        rows = list(built.iter_rows(split))
+        assert [r["doc_id"] for r in rows] == sorted(r["doc_id"] for r in rows)
+        assert len(rows) == counts["documents"][split] == built.num_documents(split)
+        want = [expected[r["doc_id"]] for r in rows]
+        assert counts["sentences"][split] == sum(len(d["sentences"]) for d in want)
+        assert counts["tokens"][split] == sum(len(s) for d in want for s in d["sentences"])
+        for row, doc in zip(rows, want):
+            assert assign_split(row["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction,
+                                test_fraction=cfg.test_fraction) == split
+            assert row["source_file"] == doc["source_file"]
+            encoded = built.preprocessor.encode_document(doc["sentences"])
+            assert {k: row[k] for k in encoded} == encoded
+            seen[row["doc_id"]] = split
+    assert set(seen) == set(expected)
+    assert any(d["source_file"].endswith(".conll.gz") for d in expected.values())
+    assert set(seen.values()) == set(SPLITS)  # 40 documents: every split has some
+    assert 0.0 < counts["oov_rate_valid"] < 1.0  # vocab_size=60 leaves valid words out
+    assert counts["subwords_per_word"] > 1.0
+    assert init_ray() == "existing"  # the session's Ray was reused
+    summary = format_summary(counts)
+    assert f"{'documents':28s}" + "".join(f"{counts['documents'][s]:>12,d}" for s in SPLITS) in summary
+
+
+def test_malformed_file_is_quarantined_and_strict_raises(built, corpus, capsys):
+    rows = built.quarantine_rows()
+    assert rows == [{"source_file": str(corpus / "broken.conll"), "doc_id": "broken/part_0", "line": 2,
+                     "reason": "wrong column count: 4 columns, at least 12 expected"}]
+    assert built.manifest["counts"]["quarantined"] == 1
+    assert pq.read_schema(built.root / "quarantine" / "part-00000.parquet").remove_metadata() == QUARANTINE_SCHEMA
+
+    cfg = DataConfig.from_dict(built.manifest["config"])
+    with pytest.raises(QuarantineError, match="1 input record.*broken.conll:2 'broken/part_0': wrong column count") as info:
+        prepare(cfg, strict=True, progress=False)
+    assert info.value.counts["quarantined"] == 1
+
+
+def test_second_call_reuses_the_folder(built, capsys):
+    cfg = DataConfig.from_dict(built.manifest["config"])
+    manifest = built.root / "manifest.json"
+    before = (built.root.stat().st_mtime_ns, manifest.stat().st_mtime_ns, _shard_bytes(built.root))
+    started = time.perf_counter()
+    again = prepare(cfg.replace(num_encode_actors=1), progress=False)  # not part of the hash
+    assert time.perf_counter() - started < 5.0
+    assert again.root == built.root
+    assert "reusing" in capsys.readouterr().out
+    assert (built.root.stat().st_mtime_ns, manifest.stat().st_mtime_ns, _shard_bytes(built.root)) == before
+    assert not list(built.root.parent.glob(".tmp-*"))
+
+
+def test_cli_build_into_another_root_is_byte_identical(built, corpus, tmp_path, capsys):
+    args = ["prepare", "--input", str(corpus), "--output-root", str(tmp_path / "prepared_b"), "--no-progress"]
+    args += [arg for key, value in SETTINGS.items() if key != "num_encode_actors" for arg in ("--set", f"{key}={value}")]
+    assert main(args + ["--set", "num_encode_actors=1"]) == 0
+    other = tmp_path / "prepared_b" / built.root.name
+    assert f"prepared data: {other}" in capsys.readouterr().out
+    assert _shard_bytes(other) == _shard_bytes(built.root)
+    assert (other / "preprocessor.json").read_bytes() == (built.root / "preprocessor.json").read_bytes()
+    assert json.loads((other / "manifest.json").read_text())["counts"] == built.manifest["counts"]
+    # --strict on the (reused) folder: quarantine -> exit code 2
+    assert main(args + ["--strict"]) == 2
+    assert "quarantined (strict mode)" in capsys.readouterr().err
+
+
+def test_litbank(ray_session, litbank_dir, tmp_path):
+    cfg = DataConfig(inputs=[str(litbank_dir)], output_root=str(tmp_path), bpe_merges=200, vocab_size=5000)
+    prepared = prepare(cfg, progress=False)
+    counts = prepared.manifest["counts"]
+    num_files = len(list(litbank_dir.glob("*.conll")))
+    assert counts["input_files"] == num_files
+    assert sum(counts["documents"].values()) + counts["dropped_docs"] + counts["quarantined"] >= num_files
+    assert min(counts["documents"].values()) > 0
+    assert counts["chains"] > 100 and counts["anonymized_mentions"] > counts["chains"]
+    assert 0.0 < counts["oov_rate_valid"] < 0.5
+    assert prepared.spec.num_words == 5000 + 4 and prepared.spec.num_entities == cfg.max_chains
+    row = next(prepared.iter_rows("valid"))
+    assert len(row["word_ids"]) == row["num_tokens"] == sum(row["sentence_lengths"])
+    assert max(row["entity_ids"]) <= cfg.max_chains and max(row["entity_ids"]) > 0
