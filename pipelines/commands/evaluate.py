@@ -1,0 +1,232 @@
+"""``dynlm evaluate``: the paper's metric table for a registered model or a checkpoint.
+
+The model is a registry/run URI (``models:/dynlm-dntm@champion``, ``runs:/<id>/model``) or a
+checkpoint (a folder holding ``model.pt``, or the file). The data is a prepared folder (one of
+its splits, which must have been encoded with the model's own preprocessor) or raw corpus files
+and folders (read, anonymized and encoded here with the model's preprocessor; local paths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Iterator
+
+EPILOG = """\
+examples:
+  dynlm evaluate --model models:/dynlm-dntm@champion --data runs/prepared/<hash>
+  dynlm evaluate --model runs/ray/dntm-2026/checkpoint_000003 --data corpus/test/ --format conll
+  dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval --eta 2e-5
+"""
+
+ROWS = (  # (metric key, count key, label)
+    ("ppl", "count_all", "all tokens"),
+    ("ppl_first_mention", "count_first_mention", "first mention"),
+    ("ppl_reappearing", "count_reappearing", "re-appearing entity"),
+    ("ppl_after_entity", "count_after_entity", "after an entity"),
+    ("ppl_oov", "count_oov", "off the short list (OOV)"),
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "evaluate", help="the paper's metric table for a registered model or checkpoint",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True,
+                        help="models:/NAME@ALIAS, models:/NAME/VERSION, runs:/ID/model, or a checkpoint folder/file")
+    parser.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                        help="a prepared folder (with manifest.json), or raw corpus files/folders")
+    parser.add_argument("--split", default=None, choices=("train", "valid", "test"),
+                        help="split of a prepared folder (default: test); not allowed with raw files")
+    parser.add_argument("--format", default="auto", choices=("auto", "conll", "text"), help="raw files' format")
+    parser.add_argument("--lines-per-document", type=int, default=0,
+                        help="raw plain text: cut documents every N non-empty lines (0: headings/files)")
+    parser.add_argument("--too-many-chains", default="truncate", choices=("drop", "truncate"),
+                        help="raw files: a document with more chains than the model knows is dropped "
+                             "(and counted) or truncated (later chains keep their words); default truncate")
+    parser.add_argument("--batch-size", type=int, default=16, help="documents per batch")
+    parser.add_argument("--dynamic-eval", action="store_true",
+                        help="also evaluate with dynamic evaluation (Krause et al., 2018); needs a "
+                             "prepared folder for the gradient statistics (its train split)")
+    parser.add_argument("--eta", type=float, default=2e-5, help="dynamic eval step size")
+    parser.add_argument("--lam", type=float, default=0.02, help="dynamic eval decay towards the trained weights")
+    parser.add_argument("--eps", type=float, default=1e-3, help="dynamic eval epsilon added to the RMS statistics")
+    parser.add_argument("--segment-len", type=int, default=20, help="dynamic eval tokens per update")
+    parser.add_argument("--stats-data", metavar="PREPARED",
+                        help="prepared folder whose train split gives the gradient statistics "
+                             "(default: --data when it is a prepared folder)")
+    parser.add_argument("--stats-segments", type=int, default=200,
+                        help="train segments read for the gradient statistics")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def load_any_model(model: str, tracking_uri: str | None = None):
+    """``(model, model_cfg, spec, preprocessor or None)`` from a model URI or a checkpoint path."""
+    from dynlm import checkpoint
+    from dynlm.data.preprocessor import Preprocessor
+    from pipelines import tracking
+
+    if "://" in model or model.startswith(("models:/", "runs:/")):
+        return tracking.load_model(model, tracking_uri=tracking_uri)
+    path = tracking.find_checkpoint_file(model)
+    torch_model, model_cfg, spec, _extra = checkpoint.load(path)
+    torch_model.eval()
+    pre_path = path.parent / "preprocessor.json"
+    preprocessor = Preprocessor.load(pre_path) if pre_path.is_file() else None
+    if preprocessor is not None and preprocessor.spec != spec:
+        raise ValueError(f"{pre_path} does not match the checkpoint's vocabulary ({preprocessor.spec} != {spec})")
+    return torch_model, model_cfg, spec, preprocessor
+
+
+def is_prepared_folder(paths: list[str]) -> bool:
+    return len(paths) == 1 and (Path(paths[0]) / "manifest.json").is_file()
+
+
+def open_prepared(root: str, spec, preprocessor):
+    """Open a prepared folder and check it was encoded for this model."""
+    from dynlm.data.prepared import PreparedData
+
+    prepared = PreparedData.open(root)
+    if preprocessor is not None:
+        same = prepared.preprocessor.to_dict() == preprocessor.to_dict()
+    else:
+        same = prepared.spec == spec
+    if not same:
+        raise ValueError(f"{root} was encoded with another preprocessor than the model's (different "
+                         "vocabulary/BPE): its word ids mean other words. Pass the raw corpus files "
+                         "instead; they are encoded with the model's own preprocessor.")
+    return prepared
+
+
+def _raw_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for item in paths:
+        if "://" in item:
+            raise ValueError(f"{item}: raw inputs must be local paths here (prepare remote data with "
+                             "`dynlm prepare` and pass the prepared folder)")
+        path = Path(item)
+        if path.is_dir():
+            files.extend(p for p in sorted(path.rglob("*"))
+                         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"--data {item} does not exist")
+    if not files:
+        raise ValueError(f"--data {paths}: no files found")
+    return files
+
+
+def raw_rows(paths: list[str], preprocessor, *, format: str = "auto", lines_per_document: int = 0,
+             too_many_chains: str = "truncate", report: dict | None = None) -> Iterator[dict]:
+    """Read, anonymize and encode raw corpus files with the model's preprocessor.
+
+    Quarantined records and dropped documents are counted in ``report`` (``quarantined``,
+    ``dropped``, ``documents``) and printed by the caller; nothing is skipped silently.
+    """
+    from dynlm.data.anonymize import anonymize
+    from dynlm.data.schema import Quarantined
+
+    report = {} if report is None else report
+    report.update(documents=0, quarantined=0, dropped=0, reasons=[])
+    for path in _raw_files(paths):
+        for item in _parse(path, format, lines_per_document):
+            if isinstance(item, Quarantined):
+                report["quarantined"] += 1
+                report["reasons"].append(f"{item.source_file}:{item.line} {item.doc_id}: {item.reason}")
+                continue
+            anonymized, _stats = anonymize(item, max_chains=preprocessor.max_chains,
+                                           too_many_chains=too_many_chains)
+            if anonymized is None:
+                report["dropped"] += 1
+                report["reasons"].append(f"{item['doc_id']}: more than {preprocessor.max_chains} chains (dropped)")
+                continue
+            row = preprocessor.encode_document(anonymized["sentences"])
+            row.update(doc_id=anonymized["doc_id"], source_file=anonymized["source_file"])
+            report["documents"] += 1
+            yield row
+
+
+def _parse(path: Path, format: str, lines_per_document: int):
+    from dynlm.data.readers import parse_file
+
+    return parse_file(path.read_bytes(), str(path), format, lines_per_document=lines_per_document)
+
+
+def format_metrics_table(metrics: dict, title: str) -> str:
+    """The paper's table: perplexity per token category with its token count."""
+    lines = [title, f"  {'tokens':<28}{'count':>10}{'perplexity':>14}"]
+    for key, count_key, label in ROWS:
+        value = metrics[key]
+        shown = "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+        lines.append(f"  {label:<28}{int(metrics[count_key]):>10}{shown:>14}")
+    return "\n".join(lines)
+
+
+def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
+    from dynlm.data.batching import batch_documents
+    from dynlm.training import evaluate
+
+    if not rows:
+        raise ValueError("no documents to evaluate")
+    return evaluate(model, batch_documents(rows, spec, batch_size, sort_by_length=True, seed=None))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from dynlm.data.batching import batch_documents
+
+    if args.dynamic_eval and not (args.stats_data or is_prepared_folder(args.data)):
+        raise SystemExit("dynlm evaluate --dynamic-eval: give --stats-data PREPARED (its train "
+                         "split gives the gradient statistics)")
+    torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
+    prepared = None
+    if is_prepared_folder(args.data):
+        prepared = open_prepared(args.data[0], spec, preprocessor)
+        split = args.split or "test"
+        rows = list(prepared.iter_rows(split))
+        source = f"{prepared.root} [{split}]"
+    else:
+        if args.split:
+            raise SystemExit("dynlm evaluate: --split applies to a prepared folder, not to raw files")
+        if preprocessor is None:
+            raise SystemExit(f"dynlm evaluate: {args.model} has no preprocessor.json next to it; raw "
+                             "files need one (use a registered model or a prepared folder)")
+        report: dict = {}
+        rows = list(raw_rows(args.data, preprocessor, format=args.format,
+                             lines_per_document=args.lines_per_document,
+                             too_many_chains=args.too_many_chains, report=report))
+        source = f"{len(args.data)} path(s), {report['documents']} documents"
+        if report["quarantined"] or report["dropped"]:
+            print(f"evaluate: {report['quarantined']} record(s) quarantined, {report['dropped']} "
+                  "document(s) dropped:", file=sys.stderr)
+            for reason in report["reasons"][:20]:
+                print(f"  {reason}", file=sys.stderr)
+    metrics = evaluate_rows(torch_model, spec, rows, args.batch_size)
+    print(format_metrics_table(metrics, f"{args.model} ({model_cfg.type}) on {source}"))
+
+    if args.dynamic_eval:
+        from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
+
+        stats_root = args.stats_data or args.data[0]
+        stats_data = open_prepared(stats_root, spec, preprocessor)
+        train_rows = list(stats_data.iter_rows("train"))
+        if not train_rows:
+            raise SystemExit(f"dynlm evaluate --dynamic-eval: {stats_root} has no train documents")
+        cfg = DynamicEvalConfig(lr=args.eta, decay=args.lam, eps=args.eps, segment_len=args.segment_len)
+        stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
+                                   segment_len=cfg.segment_len, max_segments=args.stats_segments)
+        dynamic = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None),
+                                   cfg, stats)
+        print()
+        print(format_metrics_table(
+            dynamic, f"dynamic evaluation (eta={cfg.lr}, lambda={cfg.decay}, eps={cfg.eps}, "
+                     f"segment={cfg.segment_len})"))
+    return 0

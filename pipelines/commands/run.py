@@ -1,0 +1,126 @@
+"""``dynlm run``: the whole embedded pipeline, what ``make run`` calls.
+
+synthetic corpus -> Ray Data prepare -> Ray Train (2 workers) -> MLflow run + registry
+(challenger, champion if better) -> the champion's metric table on the test split -> how to
+open the MLflow UI. A few minutes on 2 CPU cores with the embedded default job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  dynlm run                                        # the embedded default job (pipelines/defaults.py)
+  dynlm run --set train.epochs=2 --set model.dntm.merge_fn=max
+  dynlm run --config job.yaml --tracking-uri http://mlflow:5000
+
+environment: MLFLOW_TRACKING_URI (default sqlite:///<cwd>/mlflow.db), RAY_ADDRESS (join a cluster).
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run", help="the whole embedded pipeline: synth -> prepare -> train -> register -> evaluate",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="job YAML (default: the embedded job of pipelines/defaults.py)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a job setting, e.g. --set train.epochs=2 (repeatable)")
+    parser.add_argument("--synth-documents", type=int, default=None,
+                        help="size of the synthetic corpus when it is generated (default: SynthConfig's)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.set_defaults(func=run)
+
+
+def _stage(name: str, start: float) -> float:
+    now = time.monotonic()
+    print(f"[run] {name} done in {now - start:.1f} s")
+    return now
+
+
+def ensure_corpus(job, num_documents: int | None) -> None:
+    """Write the synthetic corpus when the job reads :data:`pipelines.defaults.SYNTH_DIR` and it is absent."""
+    from dynlm.data.synth import SynthConfig, write_conll
+    from pipelines.defaults import SYNTH_DIR
+
+    for entry in job.data.inputs:
+        if Path(entry) != Path(SYNTH_DIR):
+            continue
+        if any(Path(entry).glob("*")):
+            print(f"[run] reusing the synthetic corpus in {entry}")
+            continue
+        cfg = SynthConfig() if num_documents is None else SynthConfig(num_documents=num_documents)
+        files = write_conll(cfg, Path(entry))
+        print(f"[run] wrote the synthetic corpus: {cfg.num_documents} documents in {len(files)} files under {entry}")
+
+
+def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
+    """The registry URI to evaluate and why: the champion when it was validated on this data,
+    else this run's own version (a champion on other data has another vocabulary)."""
+    from pipelines import tracking
+
+    name = tracking.registered_name(job.model.type)
+    champion = tracking.version_by_alias(tracking.client(uri), name, tracking.CHAMPION)
+    if champion is not None and champion.tags.get("data_hash") == job.data.data_hash():
+        return f"models:/{name}@{tracking.CHAMPION}", f"champion v{champion.version}"
+    return f"models:/{name}/{training.model_version}", (
+        f"v{training.model_version} (the champion was validated on other data)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines import tracking
+    from pipelines.commands.evaluate import evaluate_rows, format_metrics_table, open_prepared
+    from pipelines.defaults import load_job
+    from pipelines.prepare import prepare
+    from pipelines.ray_env import init_ray
+    from pipelines.train import run_training
+
+    overrides = list(args.overrides)
+    if args.tracking_uri:
+        overrides.append(f"run.tracking_uri={args.tracking_uri}")
+    job = load_job(args.config, overrides)
+    uri = tracking.tracking_uri(job.run.tracking_uri)
+    job = job.replace(run={**job.run.to_dict(), "tracking_uri": uri})  # workers get the absolute URI
+    start = t0 = time.monotonic()
+
+    ensure_corpus(job, args.synth_documents)
+    how = init_ray()
+    print(f"[run] Ray: {how}")
+    start = _stage("corpus + Ray", start)
+    prepared = prepare(job.data)
+    print(f"[run] prepared data: {prepared.root}")
+    start = _stage("prepare", start)
+    training = run_training(job, prepared)
+    print(f"[run] MLflow run {training.run_id}: best valid_ppl {training.best_valid_ppl:.2f} "
+          f"after {training.epochs} epoch(s)")
+    start = _stage("train", start)
+
+    if training.model_version is not None:
+        model_uri, label = model_to_evaluate(job, uri, training)
+        model, model_cfg, spec, preprocessor = tracking.load_model(model_uri, tracking_uri=uri)
+        open_prepared(str(prepared.root), spec, preprocessor)  # same encoding, else a clear error
+    else:  # run.register=false: the best checkpoint
+        from pipelines.commands.evaluate import load_any_model
+
+        model_uri, label = training.best_checkpoint_dir, "best checkpoint (not registered)"
+        model, model_cfg, spec, preprocessor = load_any_model(model_uri)
+    rows = list(prepared.iter_rows("test"))
+    split = "test"
+    if not rows:
+        rows, split = list(prepared.iter_rows("valid")), "valid (the test split is empty)"
+    metrics = evaluate_rows(model, spec, rows, job.train.batch_size)
+    print()
+    print(format_metrics_table(metrics, f"{model_uri} [{label}] on the {split} split"))
+    _stage("evaluate", start)
+
+    print(f"\n[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
+    if uri.startswith("sqlite:///"):
+        print(f"  mlflow ui --backend-store-uri {shlex.quote(uri)} --port 5000   # then http://127.0.0.1:5000")
+    else:
+        print(f"  {uri}")
+    print(f"  experiment {job.run.experiment!r}, run {training.run_id}; "
+          f"registered model {tracking.registered_name(job.model.type)}")
+    return 0

@@ -1,0 +1,97 @@
+"""The models-from-code pyfunc: save -> load -> predict on raw text and token lists, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+import yaml
+from mlflow.exceptions import MlflowException
+
+from dynlm.data.config import DataConfig
+from dynlm.data.preprocessor import Preprocessor
+from pipelines import pyfunc_model, tracking
+from tiny_lm import make_tiny_lm
+
+UNSEEN = "the zeppelin glided over the harbour .\n\n<unk1> saw the zeppelin ."
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model, model_cfg, spec, preprocessor_path = make_tiny_lm(tmp_path, seed=3)
+    path = tracking.save_pyfunc_model(tmp_path / "pyfunc", model, model_cfg, spec, preprocessor_path)
+    return path, model, model_cfg, spec, Preprocessor.load(preprocessor_path)
+
+
+def test_saved_model_is_code_plus_plain_files(saved):
+    path = saved[0]
+    mlmodel = yaml.safe_load((path / "MLmodel").read_text())
+    flavor = mlmodel["flavors"]["python_function"]
+    assert flavor["model_code_path"].endswith("pyfunc_model.py")  # models from code
+    assert not list(path.rglob("*.pkl")), "no pickled objects"
+    assert sorted(p.name for p in (path / "artifacts").iterdir()) == [
+        "model.json", "preprocessor.json", "weights.pt"]
+    assert (path / "code" / "dynlm" / "models" / "__init__.py").is_file()  # dynlm bundled as code
+    # plain tensors, loadable with weights_only=True
+    state = torch.load(path / "artifacts" / "weights.pt", weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    assert mlmodel["signature"]["inputs"] and mlmodel["signature"]["outputs"]
+
+
+def test_predict_raw_text_with_unseen_words(saved):
+    path, model, model_cfg, spec, preprocessor = saved
+    loaded = mlflow.pyfunc.load_model(str(path))
+    out = loaded.predict(pd.DataFrame({"text": [UNSEEN, "the captain smiled ."]}))
+    assert list(out.columns) == ["tokens", "token_log_probs", "num_tokens", "num_unknown",
+                                 "log_prob", "perplexity"]
+    first = out.iloc[0]
+    assert list(first["tokens"]) == ["the", "zeppelin", "glided", "over", "the", "harbour", ".",
+                                     "<eos>", "<unk1>", "saw", "the", "zeppelin", ".", "<eos>"]
+    assert first["num_tokens"] == 14
+    assert first["num_unknown"] == 4  # zeppelin x2, glided, over: never seen in training
+    log_probs = list(first["token_log_probs"])
+    assert all(lp < 0 for lp in log_probs)
+    assert first["log_prob"] == pytest.approx(sum(log_probs))
+    assert first["perplexity"] == pytest.approx(math.exp(-sum(log_probs) / 14))
+    # same numbers as the in-memory model: the pyfunc reloaded the exact weights
+    expected = pyfunc_model.score_documents(model, model_cfg, spec, preprocessor,
+                                            pyfunc_model.parse_input(UNSEEN))[0]
+    assert log_probs == pytest.approx(expected["token_log_probs"], abs=1e-6)
+    # and a differently initialised model scores differently (the check can fail)
+    other, *_ = make_tiny_lm(path.parent / "other", seed=4)
+    different = pyfunc_model.score_documents(other, model_cfg, spec, preprocessor,
+                                             pyfunc_model.parse_input(UNSEEN))[0]
+    assert different["log_prob"] != pytest.approx(first["log_prob"], abs=1e-3)
+
+
+def test_token_lists_equal_raw_text(saved):
+    loaded = mlflow.pyfunc.load_model(str(saved[0]))
+    tokens = [line.split() for line in UNSEEN.splitlines() if line.strip()]
+    by_tokens = loaded.predict(pd.DataFrame({"tokens": [tokens]})).iloc[0]
+    by_text = loaded.predict(pd.DataFrame({"text": [UNSEEN]})).iloc[0]
+    assert list(by_tokens["tokens"]) == list(by_text["tokens"])
+    assert list(by_tokens["token_log_probs"]) == pytest.approx(list(by_text["token_log_probs"]))
+
+
+@pytest.mark.parametrize("frame, message", [
+    (pd.DataFrame({"text": ["the captain .", "  \n \n"]}), "document 1 is empty"),
+    (pd.DataFrame({"text": [""]}), "document 0 is empty"),
+    (pd.DataFrame({"tokens": [[[], []]]}), "document 0 is empty"),
+    (pd.DataFrame({"text": pd.Series([], dtype=str)}), "no documents"),
+])
+def test_empty_input_is_a_clear_error(saved, frame, message):
+    loaded = mlflow.pyfunc.load_model(str(saved[0]))
+    with pytest.raises(MlflowException, match=message):
+        loaded.predict(frame)
+
+
+def test_load_artifacts_rejects_a_foreign_preprocessor(saved, tmp_path):
+    path = saved[0]
+    cfg = DataConfig(inputs=["memory"], vocab_size=5, bpe_merges=5, max_chains=4)
+    Preprocessor.fit({"one": 3, "two": 2, "three": 1}, cfg).save(tmp_path / "foreign.json")
+    with pytest.raises(ValueError, match="does not match the model's vocabulary"):
+        pyfunc_model.load_artifacts(path / "artifacts" / "weights.pt", path / "artifacts" / "model.json",
+                                    tmp_path / "foreign.json")

@@ -1,0 +1,105 @@
+"""`mlflow models serve` of the registered champion: a real server, real HTTP requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dynlm import checkpoint
+from dynlm.data.preprocessor import Preprocessor
+from pipelines import pyfunc_model, tracking
+from pipelines.defaults import default_job
+from tiny_lm import make_prepared_folder, make_tiny_lm
+
+STARTUP_TIMEOUT_S = 180  # a loaded 2-core CI machine needs ~10-60 s
+TEXT = "the captain saw the zeppelin .\n<unk1> laughed ."
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _post(url: str, payload: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.slow
+def test_serve_champion_over_http(tmp_path, mlflow_uri):
+    job = default_job([f"data.inputs=[{tmp_path / 'corpus'}]"])
+    model, model_cfg, spec, pre = make_tiny_lm(tmp_path / "model", seed=5)
+    prepared = make_prepared_folder(tmp_path / "prepared", pre)
+    run_id = tracking.start_training_run(job, prepared)
+    ckpt = checkpoint.save(tmp_path / "ckpt" / "model.pt", model, model_cfg, spec)
+    tracking.finish_training_run(run_id, ckpt.parent, prepared, [{"epoch": 0, "valid_ppl": 20.0}])
+    assert tracking.register_and_promote(run_id, "dntm", 20.0, job.data.data_hash()).promoted
+    expected = pyfunc_model.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
+                                            pyfunc_model.parse_input(TEXT))[0]
+
+    port = _free_port()
+    bin_dir = Path(sys.executable).parent  # uvicorn is started by name: it must be on PATH
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri,
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [str(bin_dir / "mlflow"), "models", "serve", "-m", "models:/dynlm-dntm@champion",
+             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"server exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not up after {STARTUP_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
+        assert status == 200, body
+        (prediction,) = body["predictions"]
+        assert prediction["tokens"] == ["the", "captain", "saw", "the", "zeppelin", ".", "<eos>",
+                                        "<unk1>", "laughed", ".", "<eos>"]
+        assert prediction["num_unknown"] == 1  # zeppelin
+        assert prediction["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
+        assert prediction["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
+
+        tokens = [line.split() for line in TEXT.splitlines()]
+        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"tokens": tokens}]})
+        assert status == 200, body
+        assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
+
+        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": "  "}]})
+        assert status == 400
+        assert "document 0 is empty" in body["message"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
