@@ -1,0 +1,69 @@
+"""``dynlm tune``: a Ray Tune search over data and model settings (see pipelines/tune.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+examples:
+  dynlm tune --space tune_spaces/quickstart.yaml              # 4 small trials, minutes on a laptop
+  dynlm tune --space tune_spaces/dntm.yaml --set run.use_gpu=true --set run.num_workers=4
+  dynlm tune --space tune_spaces/quickstart.yaml --set tune.num_samples=8 --name my-search
+  dynlm tune --resume my-search                                # after Ctrl-C: finished trials are kept
+
+environment: MLFLOW_TRACKING_URI (tracking server), DYNLM_STORAGE_PATH (run.storage_path, e.g.
+s3://bucket/dynlm on a cluster; a --set run.storage_path wins).
+
+The space file format is documented at the top of every file in tune_spaces/. A bad space
+(unknown key, empty choice, gamma outside (0, 1], negative merges ...) is reported before Ray starts.
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "tune", help="Ray Tune search (ASHA, random/grid/Optuna), MLflow parent + child runs",
+        description="Search over data settings (bpe_merges, gamma, vocab_size) and model/training "
+                    "settings; one trial = prepare (shared, content-addressed) + Ray Train + evaluation.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--space", help="search space YAML (tune_spaces/<name>.yaml)")
+    parser.add_argument("--resume", metavar="EXPERIMENT",
+                        help="continue an interrupted search: its name under run.storage_path, or its path/URI")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a base setting (run.num_workers=1) or a tune setting (tune.num_samples=8)")
+    parser.add_argument("--name", help="experiment name (default: tune-<space>-<time>)")
+    parser.add_argument("--storage-path", help="with --resume: where experiments live (default runs/ray)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.set_defaults(func=run)
+
+
+STORAGE_ENV = "DYNLM_STORAGE_PATH"
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from pipelines.search_space import SearchSpaceError, load_search_space
+    from pipelines.tune import resume_search, run_search
+
+    if bool(args.space) == bool(args.resume):
+        raise SystemExit("dynlm tune: give exactly one of --space FILE or --resume EXPERIMENT")
+    if args.resume:
+        if args.overrides or args.name:
+            raise SystemExit("dynlm tune --resume: --set and --name cannot change a search being resumed")
+        if args.tracking_uri:
+            os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
+        result = resume_search(args.resume, storage_path=args.storage_path or os.environ.get(STORAGE_ENV))
+    else:
+        overrides = list(args.overrides)
+        if os.environ.get(STORAGE_ENV) and not any(o.startswith("run.storage_path=") for o in overrides):
+            overrides.insert(0, f"run.storage_path={os.environ[STORAGE_ENV]}")
+        if args.tracking_uri:
+            overrides.append(f"run.tracking_uri={args.tracking_uri}")
+        try:
+            space = load_search_space(args.space, overrides)  # every error before Ray starts
+        except SearchSpaceError as exc:
+            print(f"dynlm tune: {exc}", file=sys.stderr)
+            return 2
+        result = run_search(space, experiment=args.name)
+    return 3 if result.interrupted else 0  # 3: interrupted, resume with --resume

@@ -1,0 +1,509 @@
+"""Ray Tune search: one trial = one whole pipeline run (data settings -> prepared data -> Ray Train).
+
+Flow of :func:`run_search`::
+
+    space file ──validate──▶ distinct data configs ──prepare() each, ONCE──▶ {data_hash: folder}
+         │                                                                   │
+         └─▶ MLflow parent run ──▶ Tuner(with_resources(train_driver_fn, CPU 0.01), ASHA, searcher)
+                                          │ one trial
+                                          ▼
+                              train_driver_fn(config): JobConfig of the trial ─▶ run_training(...,
+                              parent_run_id, tune_callback=True)  = a TorchTrainer per trial whose
+                              reports reach Tune through TuneReportCallback (1 report = 1 epoch)
+         results table (CSV) + plot (PNG) on the parent run ◀── best finished trial ──▶ registry
+                                                                  (register_and_promote)
+
+Train V2 does not accept ``Tuner(trainer)``; the driver function pattern above is Ray's own
+(doc_code/train_tune_interop.py). The driver reserves 0.01 CPU; the trial's real resources
+(run.num_workers x run.cpus_per_worker CPUs, or 1 GPU per worker) are taken by its TorchTrainer,
+so the same code runs on a laptop and on a GPU cluster.
+
+Interrupting the driver (Ctrl-C) saves Tune's state; ``dynlm tune --resume <experiment>``
+(:func:`resume_search`) continues with ``Tuner.restore``; finished trials are not re-run. The
+resolved space, the prepared folders and the MLflow parent run are kept next to Tune's state in
+``<storage>/<experiment>/dynlm_search.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.search_space import SearchSpace, apply_params, data_configs, describe, from_resolved
+
+SIDECAR = "dynlm_search.json"
+RESULTS_CSV = "tune_results.csv"
+RESULTS_PNG = "tune_results.png"
+DRIVER_RESOURCES = {"CPU": 0.01}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
+
+
+@dataclass
+class TrialSummary:
+    """One row of the results table."""
+
+    trial_id: str
+    params: dict[str, Any]
+    status: str  # Tune's trial status: TERMINATED | ERROR | RUNNING | PENDING ...
+    best_valid_ppl: float  # min over the trial's reports (nan: none)
+    epochs: int  # reports (= epochs) the trial made before it ended or ASHA stopped it
+    time_s: float
+    run_id: str | None  # the MLflow child run that finished (None: none finished)
+    run_status: str | None  # MLflow status of that run
+
+
+@dataclass
+class SearchResult:
+    """What a search did (also printed and logged on the parent run)."""
+
+    experiment: str
+    experiment_path: str
+    parent_run_id: str
+    num_prepared: int  # distinct data configs prepared before the trials
+    trials: list[TrialSummary]
+    interrupted: bool  # True: stopped before every trial ended; resume with resume_search()
+    best: TrialSummary | None = None
+    registration: Any = None  # tracking.RegistrationResult of the best trial
+    wall_s: float = 0.0
+    table: str = ""
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage helpers (local folders and s3:// / gs:// through pyarrow, like Ray's own storage)
+# ---------------------------------------------------------------------------------------------
+
+
+def _fs_path(uri: str):
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(uri)
+
+
+def _write_text(uri: str, text: str) -> None:
+    fs, path = _fs_path(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(text.encode("utf-8"))
+
+
+def _read_text(uri: str) -> str:
+    fs, path = _fs_path(uri)
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode("utf-8")
+
+
+def experiment_uri(storage_uri: str, experiment: str) -> str:
+    return f"{storage_uri.rstrip('/')}/{experiment}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Preprocessing pre-pass
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare_all(space: SearchSpace) -> dict[str, str]:
+    """Prepare every distinct data config of the space before any trial starts.
+
+    ``pipelines.prepare.prepare`` is content-addressed and locked, so a config prepared by an
+    earlier search is reused, not rebuilt.
+
+    Returns:
+        ``{data_hash: absolute prepared folder}``, one entry per distinct data config.
+    """
+    from pipelines.defaults import ensure_synthetic_corpus
+    from pipelines.prepare import prepare
+
+    ensure_synthetic_corpus(space.base)
+    roots = {}
+    configs = data_configs(space)
+    for i, cfg in enumerate(configs, 1):
+        print(f"[tune] preparing data config {i}/{len(configs)} ({cfg.data_hash()}: "
+              f"bpe_merges={cfg.bpe_merges}, gamma={cfg.gamma}, vocab_size={cfg.vocab_size})", flush=True)
+        prepared = prepare(cfg, progress=False)
+        roots[cfg.data_hash()] = str(Path(prepared.root).resolve()) if "://" not in str(prepared.root) \
+            else str(prepared.root)
+    return roots
+
+
+def _absolute_base(space: SearchSpace, tracking: str) -> Any:
+    """The base job with every local path absolute (trials run in other working directories)."""
+    base = space.base
+    data = base.data.to_dict()
+    data["inputs"] = [p if "://" in p else str(Path(p).resolve()) for p in data["inputs"]]
+    if "://" not in data["output_root"]:
+        data["output_root"] = str(Path(data["output_root"]).resolve())
+    run = base.run.to_dict()
+    run["storage_path"] = base.run.storage_uri()
+    run["tracking_uri"] = tracking
+    return base.replace(data=data, run=run)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trial
+# ---------------------------------------------------------------------------------------------
+
+
+def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
+    """The JobConfig of one trial: base + sampled params, never registering on its own."""
+    from pipelines.config import JobConfig
+
+    base = JobConfig.from_dict(context["base"])
+    job = apply_params(base, {key: config[key] for key in context["search_keys"]})
+    run = job.run.to_dict()
+    run.update(name=f"{context['experiment']}-{trial_id}-{stamp}", register=False, resume=False)
+    return job.replace(run=run)
+
+
+def train_driver_fn(config: dict, context: dict) -> None:
+    """Tune function trainable: one trial = one TorchTrainer (Ray Train V2) on prepared data.
+
+    Args:
+        config: the sampled params, dotted keys (``{"model.dntm.merge_fn": "gru", ...}``).
+        context: set by :func:`run_search` through ``tune.with_parameters``: ``base`` (JobConfig
+            dict, absolute paths), ``search_keys``, ``prepared`` ({data_hash: folder}),
+            ``parent_run_id``, ``experiment``.
+    """
+    from ray import tune
+
+    from dynlm.data.prepared import PreparedData
+    from pipelines.train import run_training
+
+    trial_id = tune.get_context().get_trial_id()
+    job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
+    root = context["prepared"].get(job.data.data_hash())
+    if root is None:  # not enumerable up front: prepare here (locked, so once per config)
+        from pipelines.prepare import prepare
+
+        prepared = prepare(job.data, progress=False)
+    else:
+        prepared = PreparedData.open(root)
+    run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------------------------
+
+
+def _searcher(space: SearchSpace):
+    settings = space.tune
+    if settings.searcher == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(metric=settings.metric, mode=settings.mode, seed=settings.seed)
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    # A BasicVariantGenerator instance ignores TuneConfig.max_concurrent_trials: set it here.
+    return BasicVariantGenerator(random_state=settings.seed, max_concurrent=settings.max_concurrent_trials)
+
+
+def _scheduler(space: SearchSpace):
+    if space.tune.scheduler == "fifo":
+        from ray.tune.schedulers import FIFOScheduler
+
+        return FIFOScheduler()
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", max_t=space.max_epochs,
+                         grace_period=space.tune.grace_period,
+                         reduction_factor=space.tune.reduction_factor)
+
+
+def _trainable(context: dict):
+    from ray import tune
+
+    return tune.with_resources(tune.with_parameters(train_driver_fn, context=context), DRIVER_RESOURCES)
+
+
+def _init_ray() -> None:
+    from pipelines.ray_env import init_ray
+
+    init_ray()
+
+
+def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchResult:
+    """Run a whole search: prepare, tune, summarise, register the best model.
+
+    Args:
+        space: a validated :class:`SearchSpace` (``load_search_space``).
+        experiment: Tune experiment name (folder under ``run.storage_path``); default
+            ``tune-<space file stem>-<time>``.
+    Returns:
+        a :class:`SearchResult` (``interrupted`` when the driver was stopped midway).
+    """
+    from ray import tune
+
+    from pipelines import tracking
+
+    _init_ray()
+    print(describe(space), flush=True)
+    uri = tracking.tracking_uri(space.base.run.tracking_uri)
+    base = _absolute_base(space, uri)
+    experiment = experiment or f"tune-{Path(space.source).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    exp_uri = experiment_uri(base.run.storage_path, experiment)
+
+    prepared = prepare_all(space)
+    parent_run_id = _start_parent_run(space, base, experiment, exp_uri, len(prepared))
+    context = {"base": base.to_dict(), "search_keys": sorted(space.search), "prepared": prepared,
+               "parent_run_id": parent_run_id, "experiment": experiment}
+    _write_text(f"{exp_uri}/{SIDECAR}", json.dumps(
+        {"space": space.to_dict(), "context": context, "tracking_uri": uri}, indent=1))
+
+    tuner = tune.Tuner(
+        _trainable(context),
+        param_space=_param_space(space),
+        tune_config=tune.TuneConfig(
+            metric=space.tune.metric, mode=space.tune.mode, num_samples=space.tune.num_samples,
+            search_alg=_searcher(space), scheduler=_scheduler(space),
+            max_concurrent_trials=space.tune.max_concurrent_trials if space.tune.searcher == "optuna" else None,
+        ),
+        run_config=tune.RunConfig(name=experiment, storage_path=base.run.storage_path, verbose=1,
+                                  failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    return _finish(space, tuner, context, exp_uri, uri, time.time())
+
+
+def resume_search(experiment: str, *, storage_path: str | None = None) -> SearchResult:
+    """Continue an interrupted search with ``Tuner.restore`` (finished trials are not re-run).
+
+    Args:
+        experiment: the experiment name (under ``storage_path``) or its full path/URI.
+        storage_path: where experiments live (default: the embedded default ``run.storage_path``).
+    """
+    from ray import tune
+
+    from pipelines.config import RunSettings
+
+    _init_ray()
+    if "://" in experiment or Path(experiment).is_dir():
+        exp_uri = experiment if "://" in experiment else str(Path(experiment).resolve())
+    else:
+        storage = RunSettings(storage_path=storage_path).storage_uri() if storage_path else \
+            _default_storage_uri()
+        exp_uri = experiment_uri(storage, experiment)
+    try:
+        saved = json.loads(_read_text(f"{exp_uri}/{SIDECAR}"))
+    except (FileNotFoundError, OSError) as exc:
+        raise FileNotFoundError(f"no dynlm search at {exp_uri} ({SIDECAR} missing): {exc}") from exc
+    space = from_resolved(saved["space"])
+    context = saved["context"]
+    if not tune.Tuner.can_restore(exp_uri):
+        raise FileNotFoundError(f"{exp_uri} has no Tune experiment state to restore")
+    print(f"[tune] resuming {exp_uri}", flush=True)
+    tuner = tune.Tuner.restore(exp_uri, trainable=_trainable(context), resume_unfinished=True,
+                               restart_errored=True, param_space=_param_space(space))
+    return _finish(space, tuner, context, exp_uri, saved["tracking_uri"], time.time())
+
+
+def _default_storage_uri() -> str:
+    from pipelines.defaults import default_job
+
+    return default_job().run.storage_uri()
+
+
+def _param_space(space: SearchSpace) -> dict:
+    from pipelines.search_space import to_param_space
+
+    return to_param_space(space)
+
+
+def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, start: float) -> SearchResult:
+    from pipelines import tracking
+
+    grid = tuner.fit()
+    wall = time.time() - start
+    parent_run_id = context["parent_run_id"]
+    ended = grid.num_terminated + grid.num_errors
+    interrupted = ended < len(grid) or len(grid) < space.expected_trials()
+    if not interrupted:
+        _close_stopped_runs(parent_run_id, uri)
+    trials = collect_trials(grid, context, uri)
+    result = SearchResult(experiment=context["experiment"], experiment_path=exp_uri,
+                          parent_run_id=parent_run_id, num_prepared=len(context["prepared"]),
+                          trials=trials, interrupted=interrupted, wall_s=wall)
+    result.table = format_table(trials, context["search_keys"])
+    print(result.table, flush=True)
+    if interrupted:
+        print(f"[tune] interrupted: {ended}/{space.expected_trials()} trials ended. "
+              f"Resume with: dynlm tune --resume {exp_uri}", flush=True)
+        return result
+
+    finished = [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
+    sign = 1.0 if space.tune.mode == "min" else -1.0
+    result.best = min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
+    result.artifacts = log_results(parent_run_id, trials, context["search_keys"], space.base, uri)
+    client = tracking.client(uri)
+    client.log_metric(parent_run_id, "search_wall_s", wall)
+    client.log_metric(parent_run_id, "num_trials", len(trials))
+    if result.best is not None:
+        best_run = client.get_run(result.best.run_id)
+        client.log_metric(parent_run_id, "best_valid_ppl", result.best.best_valid_ppl)
+        client.set_tag(parent_run_id, "best_trial", result.best.trial_id)
+        client.set_tag(parent_run_id, "best_run_id", result.best.run_id)
+        result.registration = tracking.register_and_promote(
+            result.best.run_id, best_run.data.tags["model_type"],
+            float(best_run.data.metrics.get("best_valid_ppl", result.best.best_valid_ppl)),
+            best_run.data.tags["data_hash"], tracking_uri=uri)
+        print(f"[tune] best trial {result.best.trial_id}: valid_ppl {result.best.best_valid_ppl:.3f}; "
+              f"registered {result.registration.name} v{result.registration.version} "
+              f"({result.registration.reason})", flush=True)
+    else:
+        print("[tune] no trial finished training; nothing registered", flush=True)
+    client.set_terminated(parent_run_id, "FINISHED")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# MLflow: parent run, child runs, results table and plot
+# ---------------------------------------------------------------------------------------------
+
+
+def _start_parent_run(space: SearchSpace, base, experiment: str, exp_uri: str, num_prepared: int) -> str:
+    import yaml
+
+    from pipelines import tracking
+
+    uri = base.run.tracking_uri
+    experiment_id = tracking.ensure_experiment(base.run.experiment, uri)
+    client = tracking.client(uri)
+    run = client.create_run(experiment_id, run_name=experiment,
+                            tags={"dynlm.kind": "tune", "dynlm.tune_path": exp_uri})
+    run_id = run.info.run_id
+    params = {"space_file": space.source, "num_prepared_data_configs": num_prepared,
+              **{f"tune.{k}": v for k, v in space.tune.to_dict().items()},
+              **{f"search.{k}": json.dumps(v) for k, v in space.search.items()}}
+    for key, value in params.items():
+        client.log_param(run_id, key, value)
+    client.log_text(run_id, yaml.safe_dump(space.to_dict(), sort_keys=False), "search_space.yaml")
+    return run_id
+
+
+def _child_runs(parent_run_id: str, uri: str) -> list:
+    from pipelines import tracking
+
+    client = tracking.client(uri)
+    parent = client.get_run(parent_run_id)
+    return client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+                              max_results=10000)
+
+
+def _close_stopped_runs(parent_run_id: str, uri: str) -> None:
+    """Child runs left RUNNING (trial stopped by ASHA or interrupted) are marked KILLED."""
+    from pipelines import tracking
+
+    client = tracking.client(uri)
+    for run in _child_runs(parent_run_id, uri):
+        if run.info.status == "RUNNING":
+            client.set_tag(run.info.run_id, "dynlm.stopped", "stopped early by the Tune scheduler or interrupted")
+            client.set_terminated(run.info.run_id, "KILLED")
+
+
+def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
+    """One :class:`TrialSummary` per Tune trial, joined with its MLflow child run by name."""
+    runs_by_trial: dict[str, list] = {}
+    for run in _child_runs(context["parent_run_id"], uri):
+        name = run.info.run_name or ""
+        prefix = f"{context['experiment']}-"
+        if name.startswith(prefix):
+            trial_id = name[len(prefix):].rsplit("-", 1)[0]
+            runs_by_trial.setdefault(trial_id, []).append(run)
+    rows = []
+    for trial, result in zip(grid._experiment_analysis.trials, grid):
+        df = result.metrics_dataframe
+        ppl = float("nan")
+        epochs = 0
+        if df is not None and "valid_ppl" in df and len(df):
+            ppl = float(df["valid_ppl"].min())
+            epochs = int(df["training_iteration"].max())
+        runs = runs_by_trial.get(trial.trial_id, [])
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        chosen = finished[-1] if finished else (runs[-1] if runs else None)
+        rows.append(TrialSummary(
+            trial_id=trial.trial_id,
+            params={k: trial.config.get(k) for k in context["search_keys"]},
+            status=trial.status, best_valid_ppl=ppl, epochs=epochs,
+            time_s=float((result.metrics or {}).get("time_total_s", 0.0)),
+            run_id=chosen.info.run_id if chosen else None,
+            run_status=chosen.info.status if chosen else None))
+    return rows
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(trials: list[TrialSummary], keys: list[str]) -> str:
+    """The results table as aligned text (trial, settings, best valid ppl, epochs, time)."""
+    header = ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
+    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_ppl:.3f}",
+             str(t.epochs), f"{t.time_s:.1f}", t.status] for t in trials]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *body])
+
+
+def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status", "run_id"])
+    for t in trials:
+        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_ppl, t.epochs,
+                         round(t.time_s, 3), t.status, t.run_id or ""])
+    return out.getvalue()
+
+
+def plot_results(trials: list[TrialSummary], base, path: str | Path) -> Path:
+    """Valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def value(t: TrialSummary, key: str, default: Any) -> Any:
+        return t.params[key] if t.params.get(key) is not None else default
+
+    points = [t for t in trials if math.isfinite(t.best_valid_ppl)]
+    merge_fns = sorted({str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) for t in points})
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(merge_fns)}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for axis, key, default in ((axes[0], "data.bpe_merges", base.data.bpe_merges),
+                               (axes[1], "data.gamma", base.data.gamma)):
+        for merge_fn in merge_fns:
+            group = [t for t in points if str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) == merge_fn]
+            axis.scatter([value(t, key, default) for t in group], [t.best_valid_ppl for t in group],
+                         color=colours[merge_fn], label=f"merge_fn={merge_fn}", s=30)
+        axis.set_xlabel(key)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("best valid perplexity")
+    if merge_fns:
+        axes[1].legend(fontsize=8)
+    fig.suptitle(f"{len(points)} trials")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def log_results(parent_run_id: str, trials: list[TrialSummary], keys: list[str], base, uri: str) -> dict:
+    """Log ``tune_results.csv`` and ``tune_results.png`` on the parent run; return their names."""
+    import tempfile
+
+    from pipelines import tracking
+
+    client = tracking.client(uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = Path(tmp) / RESULTS_CSV
+        csv_path.write_text(results_csv(trials, keys), encoding="utf-8")
+        png_path = plot_results(trials, base, Path(tmp) / RESULTS_PNG)
+        client.log_artifact(parent_run_id, str(csv_path))
+        client.log_artifact(parent_run_id, str(png_path))
+    return {"csv": RESULTS_CSV, "png": RESULTS_PNG}

@@ -1,0 +1,177 @@
+"""Ray Tune search on real Ray + real MLflow: shared preprocessing, parent/child runs, ASHA,
+best model registered, no placement group left behind, restore after an interrupted driver."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from pipelines.search_space import from_mapping
+from pipelines.tune import TrialSummary, format_table, plot_results, results_csv, resume_search, run_search
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory) -> Path:
+    from dynlm.data.synth import SynthConfig, write_conll
+
+    out = tmp_path_factory.mktemp("synth")
+    write_conll(SynthConfig(num_documents=40, docs_per_file=20), out)
+    return out
+
+
+def _space(tmp_path, synth_dir, search, base=None, **tune):
+    raw = {
+        "base": {
+            "data.inputs": [str(synth_dir)], "data.output_root": str(tmp_path / "prepared"),
+            "data.vocab_size": 300, "data.max_chains": 20, "data.num_encode_actors": 1,
+            "model.embed_dim": 16, "model.hidden_dim": 16, "model.subword_dim": 8,
+            "train.epochs": 2, "train.batch_size": 4,
+            "run.num_workers": 1, "run.cpus_per_worker": 0.4, "run.max_failures": 0,
+            "run.storage_path": str(tmp_path / "ray"), **(base or {}),
+        },
+        "search": search,
+        "tune": {"max_concurrent_trials": 2, "grace_period": 1, "seed": 0, **tune},
+    }
+    return from_mapping(raw, source="test_space.yaml")
+
+
+def _child_runs(client: MlflowClient, parent_run_id: str):
+    parent = client.get_run(parent_run_id)
+    return client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+
+
+def _live_placement_groups():
+    import ray
+
+    return [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
+
+
+def _wait_for_idle_cluster(ray, timeout_s: float = 30.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if not _live_placement_groups() and ray.available_resources().get("CPU", 0) >= 2.0 - 1e-6:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"cluster not idle after {timeout_s}s: live placement groups "
+                         f"{_live_placement_groups()}, available {ray.available_resources()}")
+
+
+def test_results_table_csv_and_plot(tmp_path):
+    from pipelines.defaults import default_job
+
+    trials = [
+        TrialSummary("t0", {"data.bpe_merges": 0, "model.dntm.merge_fn": "max"}, "TERMINATED", 41.25, 2, 10.0, "r0", "FINISHED"),
+        TrialSummary("t1", {"data.bpe_merges": 50, "model.dntm.merge_fn": "gru"}, "TERMINATED", 38.5, 1, 5.5, "r1", "KILLED"),
+        TrialSummary("t2", {"data.bpe_merges": 50, "model.dntm.merge_fn": "max"}, "ERROR", float("nan"), 0, 1.0, None, None),
+    ]
+    keys = ["data.bpe_merges", "model.dntm.merge_fn"]
+    lines = format_table(trials, keys).splitlines()
+    assert lines[0].split() == ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
+    assert lines[1].split() == ["t0", "0", "max", "41.250", "2", "10.0", "TERMINATED"]
+    rows = list(csv.DictReader(io.StringIO(results_csv(trials, keys))))
+    assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
+    assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
+    png = plot_results(trials, default_job(), tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_four_trial_asha_search(ray_session, mlflow_uri, tmp_path, synth_dir):
+    space = _space(tmp_path, synth_dir,
+                   {"data.bpe_merges": {"grid": [0, 50]}, "model.dntm.merge_fn": {"choice": ["max", "latest"]},
+                    "train.lr": {"loguniform": [1e-3, 1e-2]}},
+                   num_samples=2, searcher="random", scheduler="asha")
+    assert space.expected_trials() == 4
+    result = run_search(space, experiment="search4")
+
+    assert not result.interrupted
+    # preprocessing: exactly one run per distinct data config, shared by the trials
+    assert result.num_prepared == 2
+    folders = [p for p in (tmp_path / "prepared").iterdir() if (p / "manifest.json").is_file()]
+    assert len(folders) == 2
+    assert not [p for p in (tmp_path / "prepared").iterdir() if p.name.startswith(".tmp-")]
+
+    assert len(result.trials) == 4
+    assert {t.status for t in result.trials} == {"TERMINATED"}
+    assert sorted(t.params["data.bpe_merges"] for t in result.trials) == [0, 0, 50, 50]
+    for t in result.trials:
+        assert 1 <= t.epochs <= 2 and t.best_valid_ppl > 1.0
+
+    client = MlflowClient(tracking_uri=mlflow_uri, registry_uri=mlflow_uri)
+    children = _child_runs(client, result.parent_run_id)
+    assert len(children) == 4  # one child per trial, under one parent
+    assert {c.info.status for c in children} <= {"FINISHED", "KILLED"}  # KILLED: stopped by ASHA
+    assert {t.run_id for t in result.trials} == {c.info.run_id for c in children}
+    parent = client.get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["dynlm.kind"] == "tune"
+
+    # the best finished trial is registered and (first model) becomes champion
+    finished = [t for t in result.trials if t.run_status == "FINISHED"]
+    assert result.best == min(finished, key=lambda t: t.best_valid_ppl)
+    assert parent.data.metrics["best_valid_ppl"] == pytest.approx(result.best.best_valid_ppl)
+    champion = client.get_model_version_by_alias("dynlm-dntm", "champion")
+    assert champion.tags["run_id"] == result.best.run_id
+    assert result.registration.promoted
+
+    # results table (CSV) and plot on the parent run
+    artifacts = {a.path for a in client.list_artifacts(result.parent_run_id)}
+    assert {"tune_results.csv", "tune_results.png"} <= artifacts
+    local = client.download_artifacts(result.parent_run_id, "tune_results.csv", str(tmp_path))
+    rows = list(csv.DictReader(io.StringIO(Path(local).read_text())))
+    assert len(rows) == 4 and {r["trial"] for r in rows} == {t.trial_id for t in result.trials}
+
+    # nothing left behind: the next search can start at once
+    _wait_for_idle_cluster(ray_session)
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_without_rerunning_finished_trials(ray_session, mlflow_uri, tmp_path, synth_dir):
+    space = _space(tmp_path, synth_dir, {"model.dntm.merge_fn": {"grid": ["max", "latest", "gru"]}},
+                   base={"train.epochs": 1},
+                   num_samples=1, searcher="random", scheduler="fifo", max_concurrent_trials=1)
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    interrupted_after: list[str] = []
+
+    def interrupt_after_first_finished_trial():
+        # Ctrl-C of the driver: Tune's handler (SIGINT/SIGUSR1) saves the state and stops.
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                      filter_string="attributes.status = 'FINISHED' and tags.mlflow.parentRunId != ''")
+            if runs:
+                interrupted_after.extend(r.info.run_id for r in runs)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=interrupt_after_first_finished_trial, daemon=True)
+    watcher.start()
+    first = run_search(space, experiment="interrupted")
+    watcher.join(timeout=5)
+    assert interrupted_after, "no trial finished before the watcher gave up"
+    assert first.interrupted
+    done_first = {t.trial_id: t.run_id for t in first.trials if t.status == "TERMINATED"}
+    assert 1 <= len(done_first) < 3
+
+    resumed = resume_search("interrupted", storage_path=str(tmp_path / "ray"))
+    assert not resumed.interrupted
+    assert resumed.parent_run_id == first.parent_run_id
+    assert len(resumed.trials) == 3 and {t.status for t in resumed.trials} == {"TERMINATED"}
+    for trial_id, run_id in done_first.items():  # finished trials were not re-run
+        again = next(t for t in resumed.trials if t.trial_id == trial_id)
+        assert again.run_id == run_id
+    children = _child_runs(client, first.parent_run_id)
+    finished_children = [c for c in children if c.info.status == "FINISHED"]
+    assert len(finished_children) == 3  # one finished child per trial, none twice
+    assert resumed.best is not None and resumed.registration is not None
+    _wait_for_idle_cluster(ray_session)
