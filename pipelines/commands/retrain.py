@@ -1,0 +1,53 @@
+"""``dynlm retrain``: scheduled retraining with champion/challenger promotion (pipelines/retrain.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+examples:
+  dynlm retrain --config deploy/retrain.yaml
+  dynlm retrain --config deploy/retrain.yaml --set data.output_root=/mnt/shared/prepared --set margin=0.02
+  ray job submit --address http://HEAD:8265 --working-dir . -- dynlm retrain --config deploy/retrain.yaml
+
+exit codes: 0 promoted, rejected or already done (nothing trained); 2 bad config;
+3 conflict (the champion moved while this retrain ran: not promoted); 1 any other failure
+(the registry is unchanged, the retrain run is FAILED in MLflow).
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "retrain", help="retrain on new documents; promote the challenger only if it beats the champion",
+        description="Prepare new documents with the champion's vocabulary, train a challenger "
+                    "(warm-started from the champion), score both on a fixed validation set and move "
+                    "the `champion` alias only if the challenger wins by the relative margin. Running "
+                    "it again on the same inputs trains nothing.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="retrain YAML (see deploy/retrain.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a retrain setting, e.g. --set margin=0.02 (repeatable)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dynlm.config import ConfigError
+    from pipelines.retrain import RetrainConfig, RetrainError, retrain
+
+    try:
+        cfg = RetrainConfig.from_yaml(args.config, overrides=args.overrides)
+        if args.tracking_uri:
+            cfg = cfg.replace(tracking_uri=args.tracking_uri)
+    except (ConfigError, OSError) as exc:
+        print(f"dynlm retrain: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = retrain(cfg)
+    except RetrainError as exc:
+        print(f"dynlm retrain: {exc}", file=sys.stderr)
+        return 1
+    if result.exit_code:
+        print(f"dynlm retrain: {result.reason}", file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,426 @@
+"""Scheduled retraining: new documents -> a challenger -> ``champion`` moves only if it wins.
+
+``dynlm retrain --config retrain.yaml`` runs :func:`retrain`::
+
+    1. champion      dynlm-<model_type>@champion (its version V is read once, here)
+    2. idempotency   key = hash(content of the new input files, retrain config, V); a FINISHED
+                     retrain run with that key (or one that promoted today's champion from these
+                     inputs) means there is nothing to do: no training, decision ``already_done``
+    3. prepare       the new documents (folders of CoNLL/text files, or a Parquet dataset of
+                     DOCUMENT_SCHEMA rows) with Ray Data, encoded with the champion's
+                     preprocessor.json (or a refit one: ``rebuild_vocabulary: true``); the folder is
+                     addressed by the input CONTENT hash, so changed files are never served stale
+    4. train         pipelines.train.run_training, warm-started from the champion's weights
+                     (``init_from: champion`` -> ``run.init_checkpoint``) or from scratch
+    5. evaluate      champion and challenger on the SAME fixed validation documents
+                     (``validation``: a prepared folder's valid split, or raw document files)
+    6. register      the challenger as a new version, alias ``challenger``
+    7. promote       iff challenger_ppl < champion_ppl * (1 - margin): under a file lock next to
+                     the SQLite store, re-read ``champion``; if it is no longer V (another retrain
+                     promoted meanwhile) refuse with decision ``conflict`` (exit code 3), else
+                     move the alias. This is the very last registry write: a crash before it
+                     leaves ``champion`` where it was.
+
+Every decision is one MLflow run in experiment ``dynlm-retrain`` (tags ``decision``, ``reason``,
+``champion_ppl``, ``challenger_ppl``, ``inputs_hash``, ``validation_hash``, versions ...); the
+challenger's training run is its child.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import math
+import os
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from dynlm.config import Config, ConfigError, config_hash
+from dynlm.data.anonymize import anonymize
+from dynlm.data.config import DataConfig
+from dynlm.data.prepared import PreparedData
+from dynlm.data.preprocessor import Preprocessor
+from dynlm.data.readers import parse_file
+from dynlm.data.schema import Quarantined
+from pipelines.config import JobConfig
+from pipelines.retrain_data import file_listing, prepare_with_preprocessor
+
+EXIT_CONFLICT = 3
+STORAGE_ENV = "DYNLM_STORAGE_PATH"
+DECISIONS = ("promoted", "rejected", "conflict", "already_done", "failed")
+
+
+class RetrainError(RuntimeError):
+    """Retraining cannot start (no champion, a champion without its config, bad inputs)."""
+
+
+class InjectedFailure(RuntimeError):
+    """``fail_before_promote``: the run dies after training and registration, before promotion."""
+
+
+@dataclass
+class RetrainData(Config):
+    """The new documents.
+
+    Args:
+        inputs: files, folders or URIs of CoNLL/plain-text documents, or Parquet files of
+            DOCUMENT_SCHEMA rows (doc_id, source_file, sentences, mentions).
+        format: ``auto`` | ``conll`` | ``text`` (files only).
+        output_root: where prepared folders go (shared storage on a cluster).
+        num_encode_actors: Ray Data encode parallelism.
+    """
+
+    inputs: list[str]
+    format: Literal["auto", "conll", "text"] = "auto"
+    output_root: str = "runs/prepared"
+    num_encode_actors: int = 2
+
+    def validate(self) -> None:
+        if not self.inputs:
+            raise ConfigError("data.inputs: at least one input path is required")
+
+
+@dataclass
+class RetrainConfig(Config):
+    """One scheduled retraining (``deploy/retrain.yaml`` is an example).
+
+    Args:
+        data: the new documents.
+        validation: the FIXED validation set both models are scored on: a prepared folder
+            (its ``valid`` split; its preprocessor must be the models') or document files/folders
+            (encoded with each model's own preprocessor).
+        model_type: the registered model ``dynlm-<model_type>``.
+        init_from: ``champion`` (warm start from its weights) or ``scratch``.
+        rebuild_vocabulary: refit vocabulary + BPE on the new data instead of reusing the
+            champion's preprocessor.json (needs ``init_from: scratch``: the weights would not fit).
+        margin: relative margin: promote iff challenger_ppl < champion_ppl * (1 - margin).
+        job_overrides: ``section.key=value`` applied to the champion's job config
+            (``train.epochs=2``, ``run.num_workers=4``, ``data.vocab_size=5000`` ...).
+        experiment: MLflow experiment of the retrain runs.
+        tracking_uri: None: ``$MLFLOW_TRACKING_URI``, else ./mlflow.db.
+        validation_batch_size: documents per evaluation batch.
+        fail_before_promote: fault injection (tests): die right before the alias would move.
+    """
+
+    data: RetrainData
+    validation: str
+    model_type: str = "dntm"
+    init_from: Literal["champion", "scratch"] = "champion"
+    rebuild_vocabulary: bool = False
+    margin: float = 0.01
+    job_overrides: list[str] = field(default_factory=list)
+    experiment: str = "dynlm-retrain"
+    tracking_uri: str | None = None
+    validation_batch_size: int = 8
+    fail_before_promote: bool = False
+
+    def validate(self) -> None:
+        if not 0.0 <= self.margin < 1.0:
+            raise ConfigError(f"margin: a relative margin in [0, 1), got {self.margin}")
+        if self.rebuild_vocabulary and self.init_from == "champion":
+            raise ConfigError("rebuild_vocabulary: true needs init_from: scratch (the champion's "
+                              "weights do not fit a new vocabulary)")
+        if self.validation_batch_size < 1:
+            raise ConfigError(f"validation_batch_size must be >= 1, got {self.validation_batch_size}")
+
+    def key_dict(self) -> dict:
+        """The settings that change the outcome (not where files go, not fault injection)."""
+        data = self.to_dict()
+        for name in ("fail_before_promote", "tracking_uri"):
+            data.pop(name)
+        for name in ("output_root", "num_encode_actors"):
+            data["data"].pop(name)
+        return data
+
+
+@dataclass
+class RetrainResult:
+    """What :func:`retrain` decided (also the tags of its MLflow run)."""
+
+    decision: str
+    reason: str
+    retrain_run_id: str | None
+    champion_version_before: str
+    champion_version_after: str
+    challenger_version: str | None = None
+    champion_ppl: float | None = None
+    challenger_ppl: float | None = None
+    trained: bool = False
+    inputs_hash: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CONFLICT if self.decision == "conflict" else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixed validation set
+# ---------------------------------------------------------------------------------------------
+
+
+def _sha256_files(paths: list[str]) -> str:
+    digest = hashlib.sha256()
+    for name, blob_hash in file_listing(paths):
+        digest.update(f"{name}\0{blob_hash}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def validation_hash(validation: str, data_cfg: DataConfig) -> str:
+    """Identity of the fixed validation set (content, plus anonymization for raw documents)."""
+    root = Path(validation)
+    if (root / "manifest.json").is_file():
+        prepared = PreparedData.open(root)
+        return _sha256_files([str(p) for p in prepared.files("valid")])
+    settings = {k: getattr(data_cfg, k) for k in ("format", "max_chains", "min_chain_mentions",
+                                                  "too_many_chains", "lines_per_document")}
+    return config_hash({"files": _sha256_files([validation]), "settings": settings})
+
+
+def validation_rows(validation: str, preprocessor: Preprocessor, data_cfg: DataConfig) -> list[dict]:
+    """The fixed validation documents encoded for a model with ``preprocessor``.
+
+    Raises:
+        ValueError: a prepared folder encoded with another preprocessor, or no document.
+    """
+    root = Path(validation)
+    if (root / "manifest.json").is_file():
+        prepared = PreparedData.open(root)
+        if prepared.preprocessor.to_dict() != preprocessor.to_dict():
+            raise ValueError(f"validation folder {root} was encoded with another preprocessor than "
+                             "the model's; give raw validation documents (files/folders) instead")
+        rows = list(prepared.iter_rows("valid"))
+    else:
+        rows = []
+        for path in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
+            for item in parse_file(path.read_bytes(), str(path), data_cfg.format,
+                                   lines_per_document=data_cfg.lines_per_document):
+                if isinstance(item, Quarantined):
+                    raise ValueError(f"validation document {item.source_file}:{item.line} "
+                                     f"{item.doc_id!r} is unreadable: {item.reason}")
+                doc, _ = anonymize(item, max_chains=data_cfg.max_chains,
+                                   min_chain_mentions=data_cfg.min_chain_mentions,
+                                   too_many_chains=data_cfg.too_many_chains)
+                if doc is not None:
+                    rows.append({"doc_id": doc["doc_id"], "source_file": doc["source_file"],
+                                 **preprocessor.encode_document(doc["sentences"])})
+    if not rows:
+        raise ValueError(f"validation {validation}: no document to evaluate on")
+    return rows
+
+
+def validation_ppl(model, spec, rows: list[dict], batch_size: int) -> float:
+    """Perplexity of ``model`` on encoded rows (deterministic batch order)."""
+    from dynlm.data.batching import batch_documents
+    from dynlm.training import evaluate
+
+    model.eval()
+    return float(evaluate(model, batch_documents(rows, spec, batch_size, sort_by_length=True, seed=0))["ppl"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _champion_version(client, name: str):
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, "champion")
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
+            return None
+        raise
+
+
+@contextmanager
+def registry_lock(uri: str, name: str):
+    """Exclusive file lock next to a SQLite store (one promotion at a time on this machine).
+
+    For a tracking server there is no shared file; the re-read of ``champion`` under this
+    context (see :func:`retrain`) is then the only guard.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield None
+        return
+    lock_path = Path(uri[len("sqlite:///"):]).with_name(f".{name}.promotion.lock")
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield lock_path
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def find_finished_retrain(client, experiment_id: str, inputs_key: str, champion_version: str):
+    """A FINISHED retrain run of these inputs + config that already settled today's champion."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.inputs_key = '{inputs_key}' "
+                                                             "and attributes.status = 'FINISHED'")
+    for run in runs:
+        tags = run.data.tags
+        if tags.get("champion_version_before") == champion_version or (
+                tags.get("decision") == "promoted" and tags.get("champion_version_after") == champion_version):
+            return run
+    return None
+
+
+def _champion_job(version, uri: str) -> JobConfig:
+    """The job config the champion was trained with (``config.yaml`` of its training run)."""
+    import mlflow
+
+    run_id = version.tags.get("run_id") or version.run_id
+    if not run_id:
+        raise RetrainError(f"champion v{version.version} has no training run: cannot reuse its job config")
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml", dst_path=tmp,
+                                                    tracking_uri=uri)
+        return JobConfig.from_dict(yaml.safe_load(Path(local).read_text(encoding="utf-8")))
+
+
+def challenger_job(cfg: RetrainConfig, champion_job: JobConfig, run_name: str, uri: str) -> JobConfig:
+    """The champion's job with the new inputs, the overrides and retrain run settings."""
+    data = champion_job.to_dict()
+    data["data"].update(inputs=list(cfg.data.inputs), format=cfg.data.format,
+                        output_root=cfg.data.output_root, num_encode_actors=cfg.data.num_encode_actors)
+    overrides = list(cfg.job_overrides)
+    if os.environ.get(STORAGE_ENV) and not any(o.startswith("run.storage_path=") for o in overrides):
+        overrides.insert(0, f"run.storage_path={os.environ[STORAGE_ENV]}")
+    job = JobConfig.from_dict(data).with_overrides(overrides)
+    return job.replace(run=job.run.replace(name=run_name, register=False, resume=False, fail_at_epoch=-1,
+                                           tracking_uri=uri, init_checkpoint=None))
+
+
+def _write_init_checkpoint(job: JobConfig, model, model_cfg, spec) -> str:
+    """Save the champion's weights where every Ray worker can read them (the run storage)."""
+    import pyarrow.fs as pafs
+
+    from dynlm import checkpoint as dynlm_checkpoint
+
+    target = f"{job.run.storage_uri()}/{job.run.name}-init/model.pt"
+    with tempfile.TemporaryDirectory() as tmp:
+        local = dynlm_checkpoint.save(Path(tmp) / "model.pt", model, model_cfg, spec, extra={"source": "champion"})
+        fs, path = pafs.FileSystem.from_uri(target)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(path) as out:
+            out.write(local.read_bytes())
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# The retrain job
+# ---------------------------------------------------------------------------------------------
+
+
+def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
+    """Run one scheduled retraining (module docstring). Returns the decision; raises on failure
+    (the retrain run is then FAILED with tags ``decision=failed`` and ``reason``; ``champion``
+    is untouched)."""
+    import mlflow
+
+    from dynlm import checkpoint as dynlm_checkpoint
+    from pipelines import tracking
+    from pipelines.train import run_training
+
+    uri = tracking.configure(cfg.tracking_uri)
+    client = tracking.client(uri)
+    name = tracking.registered_name(cfg.model_type)
+    champion = _champion_version(client, name)
+    if champion is None:
+        raise RetrainError(f"no {name}@champion in {uri}: train and register a model first (dynlm train)")
+    before = str(champion.version)
+    inputs_hash = _sha256_files(cfg.data.inputs)
+    inputs_key = config_hash({"inputs": inputs_hash, "config": cfg.key_dict()})
+    key = config_hash({"inputs_key": inputs_key, "champion_version": before})
+    experiment_id = tracking.ensure_experiment(cfg.experiment, uri)
+
+    done = find_finished_retrain(client, experiment_id, inputs_key, before)
+    if done is not None:
+        tags = done.data.tags
+        reason = (f"already done: retrain run {done.info.run_id} processed these inputs with this config "
+                  f"(decision {tags.get('decision')}); nothing trained")
+        log(f"[retrain] {reason}")
+        return RetrainResult("already_done", reason, done.info.run_id, before, before,
+                             challenger_version=tags.get("challenger_version"), inputs_hash=inputs_hash)
+
+    run_name = f"retrain-{key[:10]}-{uuid.uuid4().hex[:6]}"
+    run = client.create_run(experiment_id, run_name=run_name, tags={
+        "retrain_key": key, "inputs_key": inputs_key, "inputs_hash": inputs_hash,
+        "champion_version_before": before, "model_name": name, "init_from": cfg.init_from,
+        "rebuild_vocabulary": str(cfg.rebuild_vocabulary), "decision": "running"})
+    run_id = run.info.run_id
+    client.log_text(run_id, yaml.safe_dump(cfg.to_dict(), sort_keys=False), "retrain.yaml")
+    try:
+        champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
+            f"models:/{name}/{before}", tracking_uri=uri)
+        job = challenger_job(cfg, _champion_job(champion, uri), run_name, uri)
+        prepared = prepare_with_preprocessor(job.data, None if cfg.rebuild_vocabulary else champion_pre,
+                                             inputs_hash=inputs_hash)
+        if cfg.init_from == "champion":
+            job = job.replace(run=job.run.replace(
+                init_checkpoint=_write_init_checkpoint(job, champion_model, champion_cfg, champion_spec)))
+        client.set_tag(run_id, "challenger_data_dir", str(prepared.root))
+        log(f"[retrain] champion {name} v{before}; training a challenger on {prepared.root} "
+            f"({prepared.num_documents('train')} train documents, init_from={cfg.init_from})")
+        trained = run_training(job, prepared, parent_run_id=run_id)
+
+        challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
+            tracking.find_checkpoint_file(trained.best_checkpoint_dir))
+        val_hash = validation_hash(cfg.validation, job.data)
+        champion_ppl = validation_ppl(champion_model, champion_spec,
+                                      validation_rows(cfg.validation, champion_pre, job.data),
+                                      cfg.validation_batch_size)
+        challenger_ppl = validation_ppl(challenger, challenger_spec,
+                                        validation_rows(cfg.validation, prepared.preprocessor, job.data),
+                                        cfg.validation_batch_size)
+        threshold = champion_ppl * (1.0 - cfg.margin)
+        better = math.isfinite(challenger_ppl) and challenger_ppl < threshold
+        for tag, value in {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
+                           "validation_hash": val_hash, "challenger_run_id": trained.run_id,
+                           "challenger_data_hash": job.data.data_hash()}.items():
+            client.set_tag(run_id, tag, value)
+
+        model_uri = client.get_run(trained.run_id).data.tags[tracking.TAG_MODEL_URI]
+        version = str(mlflow.register_model(model_uri, name, tags={
+            "valid_ppl": repr(challenger_ppl), "data_hash": val_hash, "run_id": trained.run_id,
+            "retrain_run_id": run_id}).version)
+        client.set_registered_model_alias(name, tracking.CHALLENGER, version)
+        client.set_tag(run_id, "challenger_version", version)
+
+        comparison = (f"challenger v{version} ppl {challenger_ppl:.4f} vs champion v{before} ppl "
+                      f"{champion_ppl:.4f} on validation {val_hash} (needs < {threshold:.4f}, margin {cfg.margin})")
+        after = before
+        if not better:
+            decision, reason = "rejected", f"not promoted: {comparison}"
+        else:
+            if cfg.fail_before_promote:
+                raise InjectedFailure("fail_before_promote: stopping right before the champion alias moves")
+            with registry_lock(uri, name):
+                current = _champion_version(client, name)
+                current_version = str(current.version) if current is not None else None
+                if current_version != before:
+                    decision = "conflict"
+                    reason = (f"refused: champion moved from v{before} to v{current_version} while this "
+                              f"retrain ran (another retrain promoted?); {comparison}")
+                    after = current_version or ""
+                else:
+                    client.set_registered_model_alias(name, tracking.CHAMPION, version)  # the last step
+                    decision, reason, after = "promoted", f"promoted: {comparison}", version
+        client.set_model_version_tag(name, version, "promotion", reason)
+        for tag, value in {"decision": decision, "reason": reason, "champion_version_after": after}.items():
+            client.set_tag(run_id, tag, value)
+        client.set_terminated(run_id, "FINISHED")
+    except BaseException as exc:
+        client.set_tag(run_id, "decision", "failed")
+        client.set_tag(run_id, "reason", f"{type(exc).__name__}: {exc}"[:5000])
+        client.set_terminated(run_id, "FAILED")
+        raise
+    log(f"[retrain] {decision}: {reason}")
+    return RetrainResult(decision, reason, run_id, before, after, challenger_version=version,
+                         champion_ppl=champion_ppl, challenger_ppl=challenger_ppl, trained=True,
+                         inputs_hash=inputs_hash)

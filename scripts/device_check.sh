@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One prepared GPU session: NCCL/DDP + bf16 training check, model throughput, and the two
+# reproduction reports on a real budget. Needs only python3 with torch (CUDA), tokenizers,
+# pyarrow and pyyaml (no Ray, no MLflow), the repo as the working folder, and the corpora in
+# $DYNLM_DATA (litbank/conll, wikitext-2). Logs and reports go to $OUT (default ./device_out).
+set -uo pipefail
+OUT=${OUT:-device_out}; mkdir -p "$OUT"
+DATA=${DYNLM_DATA:-../shared/data}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+run() {  # run NAME SECONDS CMD...: each step has its own time limit and log
+  local name=$1 limit=$2; shift 2
+  echo "== $name (limit ${limit}s): $*" | tee -a "$OUT/summary.log"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "   rc=$rc in $((SECONDS - t0))s" | tee -a "$OUT/summary.log"
+  tail -n 25 "$OUT/$name.log"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, tokenizers, pyarrow, yaml; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+run ddp_nccl_bf16 90 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32
+run bench_models 60 python3 benchmarks/bench_models.py --device cuda --threads 0 --embed-dim 256 --hidden-dim 256 --batch-size 32 --batches 4 --rounds 2
+run reproduce_dntm ${DNTM_LIMIT:-200} python3 benchmarks/reproduce_dntm.py --device cuda --data-dir "$DATA/litbank/conll" \
+    --epochs ${DNTM_EPOCHS:-6} --embed-dim 128 --hidden-dim 256 --output "$OUT/dntm_litbank.md"
+run reproduce_dynamical ${DYN_LIMIT:-170} python3 benchmarks/reproduce_dynamical.py --device cuda ${DYN_ARGS:-} --out "$OUT/dynamical_wikitext2.md"
+exit 0

@@ -1,0 +1,107 @@
+"""A two-node Ray Train run on one machine, with the worker node killed mid-run.
+
+Run by tests/pipelines/test_multinode.py in a SUBPROCESS (the test session's Ray is a single
+node). ``ray.cluster_utils.Cluster`` starts a head node and a worker node with 3 logical CPUs
+each; the 2 training workers ask for 2 CPUs each, so exactly one fits on each node (and 1 CPU
+per node stays free for Ray Data). After the first checkpoint the worker node is removed and a
+fresh node added; Ray Train (FailureConfig) restarts the worker group from the last checkpoint.
+
+Usage: python tests/pipelines/multinode_scenario.py OUT_DIR   -> prints one JSON line "RESULT {...}"
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+NODE_CPUS = 3
+CPUS_PER_WORKER = 2.0
+EPOCHS = 5
+
+
+def free_port() -> int:
+    """A free TCP port: every node of this one-machine cluster needs its own agent port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main(out: Path) -> dict:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from dynlm.data.synth import SynthConfig, write_conll
+    from pipelines.config import JobConfig
+    from pipelines.prepare import prepare
+    from pipelines.train import run_training
+
+    repo = Path(__file__).resolve().parents[2]
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": NODE_CPUS, "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port()})
+    worker = cluster.add_node(num_cpus=NODE_CPUS, dashboard_agent_listen_port=free_port())
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
+    report: dict = {"head": cluster.head_node.node_id, "worker": worker.node_id}
+    try:
+        write_conll(SynthConfig(num_documents=120, docs_per_file=40), out / "synth")
+        storage = out / "shared-storage"
+        job = JobConfig.from_dict({
+            "data": {"inputs": [str(out / "synth")], "format": "conll", "output_root": str(out / "prepared"),
+                     "vocab_size": 300, "bpe_merges": 50, "max_chains": 20, "num_encode_actors": 1},
+            "model": {"type": "dntm", "embed_dim": 16, "hidden_dim": 16, "dropout": 0.0},
+            "train": {"epochs": EPOCHS, "batch_size": 4, "lr": 0.003, "early_stopping_patience": 0},
+            "run": {"num_workers": 2, "cpus_per_worker": CPUS_PER_WORKER, "max_failures": 3,
+                    "storage_path": str(storage), "name": "two-nodes", "register": False,
+                    "tracking_uri": f"sqlite:///{out / 'mlflow.db'}"},
+        })
+        prepared = prepare(job.data, progress=False)
+        outcome: dict = {}
+
+        def train():
+            try:
+                outcome["result"] = run_training(job, prepared)
+            except BaseException as exc:  # noqa: BLE001 - reported to the test
+                outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=train)
+        thread.start()
+        run_dir = storage / "two-nodes"
+        deadline = time.time() + 240
+        while not list(run_dir.glob("epoch_*")) and thread.is_alive() and time.time() < deadline:
+            time.sleep(0.2)
+        report["checkpoints_before_kill"] = sorted(p.name for p in run_dir.glob("epoch_*"))
+        report["finished_before_kill"] = not thread.is_alive()
+        cluster.remove_node(worker, allow_graceful=False)  # the worker node dies mid-run
+        report["killed_at_s"] = time.time()
+        replacement = cluster.add_node(num_cpus=NODE_CPUS, dashboard_agent_listen_port=free_port())
+        report["replacement"] = replacement.node_id
+        thread.join(timeout=300)
+        if "error" in outcome or "result" not in outcome:
+            report["error"] = outcome.get("error", "training did not finish in 300 s")
+            return report
+        result = outcome["result"]
+        report.update(
+            epochs=result.epochs,
+            history_epochs=[row["epoch"] for row in result.history],
+            node_ids_per_epoch=[row["worker_node_ids"].split(",") for row in result.history],
+            best_checkpoint_dir=result.best_checkpoint_dir,
+            storage=str(storage),
+            run_path=result.run_path,
+            checkpoint_files=sorted(str(p.relative_to(storage)) for p in storage.rglob("model.pt")),
+            param_checksum_spread=result.history[-1]["param_checksum_spread"],
+        )
+        return report
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    output = Path(sys.argv[1])
+    output.mkdir(parents=True, exist_ok=True)
+    print("RESULT " + json.dumps(main(output)), flush=True)
