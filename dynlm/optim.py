@@ -28,8 +28,17 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, cfg: "TrainConfig") -> torch.optim.Optimizer:
-    """Adam or SGD over :func:`param_groups` with ``cfg.lr`` / ``cfg.weight_decay``."""
-    groups = param_groups(model, cfg.weight_decay)
+    """Adam or SGD over :func:`param_groups` with ``cfg.lr`` / ``cfg.weight_decay``.
+
+    A model that defines ``param_groups(base_lr)`` (e.g. the meta-learned LM, whose
+    meta-learner has its own learning rate) chooses its groups; weight decay is then applied to
+    every group. A DDP wrapper is looked through.
+    """
+    core = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    if hasattr(core, "param_groups"):
+        groups = [{**group, "weight_decay": cfg.weight_decay} for group in core.param_groups(cfg.lr)]
+    else:
+        groups = param_groups(core, cfg.weight_decay)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(groups, lr=cfg.lr)
     if cfg.optimizer == "sgd":

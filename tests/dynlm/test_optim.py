@@ -56,3 +56,17 @@ def test_constant_ignores_validation():
         schedule.step()
         schedule.step_validation(1.0)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.3)
+
+
+def test_build_optimizer_uses_a_models_own_groups(tiny_spec):
+    from dynlm.models import build_model
+    from dynlm.models.config import ModelConfig
+    from dynlm.optim import build_optimizer
+    from dynlm.training import TrainConfig
+
+    cfg = ModelConfig.from_dict({"type": "dynamical", "embed_dim": 8, "hidden_dim": 8, "dynamical": {"meta_lr": 0.05}})
+    model = build_model(cfg, tiny_spec)
+    optimizer = build_optimizer(model, TrainConfig.from_dict({"lr": 0.001}))
+    lrs = sorted(group["lr"] for group in optimizer.param_groups)
+    assert lrs == [0.001, 0.05]
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))

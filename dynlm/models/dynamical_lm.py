@@ -1,0 +1,278 @@
+"""Meta-learned dynamical language model (Wolf, Chaumond & Delangue, 2018).
+
+An :class:`~dynlm.models.rnn_lm.RNNLM` whose weights in use are ``theta + theta_hat``:
+
+* ``theta`` (``self.lm``) is static, trained by the outer optimizer like any LM;
+* ``theta_hat`` (in the state, one copy per document ``[B, *shape]``) is a medium-term
+  memory: 0 at each document start, and after every ``segment_len`` positions it is updated by
+  the coordinate-wise meta-learner ``g_phi`` (:mod:`dynlm.modules.meta_learner`) from the
+  gradient of that segment's mean NLL (per document) w.r.t. ``theta_hat``. Each segment is scored BEFORE
+  its own update, with ``batch.targets`` / ``batch.mask`` (the LM hidden state is the
+  short-term memory).
+
+Which tensors get a fast part is ``cfg.dynamical.fast_params``: ``output`` (decoder weight and
+bias, batched with ``baddbmm``), ``embedding`` (the word table, needs ``embedding="word"``),
+``recurrent`` (``weight_hh`` of every layer; runs a Python loop over positions, slower).
+
+Training: the outer loss of segment s backpropagates through the updates that made
+``theta_hat``, to ``phi`` and ``theta``; the unroll is truncated after ``unroll_steps``
+updates (and at every :meth:`detach_state`, i.e. each BPTT chunk of the training loop).
+``first_order`` drops second derivatives (the gradient fed to g_phi is a constant);
+``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass.
+Segments may span sentences: the gradient of a partial segment is accumulated in the state
+(of the summed NLL: the sum of partial gradients is the segment's; it is divided by the
+segment's token count at the update).
+
+Evaluation needs gradients, so the class sets ``needs_grad_at_eval = True`` (the evaluate loop
+then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from dynlm.models.config import ModelConfig
+from dynlm.models.outputs import LMOutput, accepts_sentence_lists
+from dynlm.models.rnn_lm import RNNLM, RNNState
+from dynlm.modules.fast_weights import (fast_gru_layer, fast_linear, fast_lstm_layer, slice_columns,
+                                        zero_fast_weights)
+from dynlm.modules.meta_learner import MetaLearner
+from dynlm.modules.subword_embedding import shortlist_input_ids
+from dynlm.vocab_spec import VocabSpec
+
+
+def dynamical_lm_small(**overrides) -> ModelConfig:
+    """A small dynamical LM for tests and smoke runs (64-dim LSTM, fast output layer)."""
+    dynamical = dict(fast_params=["output"], meta_hidden_dim=0, segment_len=16, unroll_steps=4)
+    dynamical.update(overrides.pop("dynamical", {}))
+    cfg = dict(type="dynamical", backbone="lstm", embed_dim=64, hidden_dim=64, num_layers=1,
+               dropout=0.1, dynamical=dynamical)
+    return ModelConfig.from_dict({**cfg, **overrides})
+
+
+@dataclass
+class DynamicalState:
+    """Recurrent state of :class:`DynamicalLM` (all tensors have the documents first).
+
+    Attributes:
+        lm: the RNN hidden state (short-term memory).
+        fast: name -> theta_hat ``[B, *shape]`` (medium-term memory).
+        grad: name -> gradient of the current, unfinished segment ``[B, *shape]``.
+        segment_loss: ``[B]`` summed NLL of the current segment; segment_tokens: ``[B]`` its tokens.
+        segment_pos: positions read in the current segment (shared: documents move in lockstep).
+        unrolled: updates since the last truncation of the unroll.
+    """
+
+    lm: RNNState
+    fast: dict[str, torch.Tensor]
+    grad: dict[str, torch.Tensor]
+    segment_loss: torch.Tensor
+    segment_tokens: torch.Tensor
+    segment_pos: int = 0
+    unrolled: int = 0
+
+
+class DynamicalLM(nn.Module):
+    """theta (an RNNLM) + per-document theta_hat updated by a meta-learner g_phi.
+
+    Args:
+        cfg: model config; ``cfg.dynamical`` holds the meta-learner settings.
+        spec: vocabulary sizes.
+    """
+
+    needs_grad_at_eval = True
+
+    def __init__(self, cfg: ModelConfig, spec: VocabSpec):
+        super().__init__()
+        settings = cfg.dynamical
+        if settings.segment_len <= 0 or settings.unroll_steps <= 0:
+            raise ValueError("model.dynamical.segment_len and unroll_steps must be positive")
+        if not settings.fast_params:
+            raise ValueError("model.dynamical.fast_params is empty: nothing would be dynamic")
+        if "embedding" in settings.fast_params and cfg.embedding != "word":
+            raise ValueError("model.dynamical.fast_params 'embedding' needs model.embedding='word', "
+                             f"got {cfg.embedding!r}")
+        self.cfg, self.spec, self.settings = cfg, spec, settings
+        self.lm = RNNLM(cfg, spec)
+        self.meta_learner = MetaLearner(settings.meta_hidden_dim, settings.input_gate_bias,
+                                        settings.forget_gate_bias)
+
+    # ----- parameters ---------------------------------------------------------------------
+    def fast_targets(self) -> dict[str, torch.Tensor]:
+        """name -> the static parameter each fast tensor is added to."""
+        targets = {}
+        if "output" in self.settings.fast_params:
+            targets["output.weight"] = self.lm.decoder.weight
+            targets["output.bias"] = self.lm.decoder.bias
+        if "embedding" in self.settings.fast_params:
+            targets["embedding.weight"] = self.lm.embedding.word.weight
+        if "recurrent" in self.settings.fast_params:
+            for layer in range(self.cfg.num_layers):
+                targets[f"recurrent.weight_hh_l{layer}"] = getattr(self.lm.rnn, f"weight_hh_l{layer}")
+        return targets
+
+    def param_groups(self, base_lr: float) -> list[dict]:
+        """Optimizer groups: theta at ``base_lr``, phi at ``cfg.dynamical.meta_lr``."""
+        return [{"params": list(self.lm.parameters()), "lr": base_lr, "name": "lm"},
+                {"params": list(self.meta_learner.parameters()), "lr": self.settings.meta_lr,
+                 "name": "meta_learner"}]
+
+    # ----- state ----------------------------------------------------------------------------
+    def init_state(self, batch_size: int, device: torch.device | str | None = None) -> DynamicalState:
+        """theta_hat = 0 and a zero RNN state for ``batch_size`` documents."""
+        lm = self.lm.init_state(batch_size, device)
+        dtype = self.lm.decoder.weight.dtype
+        lm = RNNState(lm.h.to(dtype), None if lm.c is None else lm.c.to(dtype))
+        fast = {k: v.to(lm.h.device) for k, v in zero_fast_weights(self.fast_targets(), batch_size).items()}
+        zeros = torch.zeros(batch_size, device=lm.h.device, dtype=dtype)
+        return DynamicalState(lm, fast, {k: torch.zeros_like(v) for k, v in fast.items()}, zeros, zeros.clone())
+
+    def detach_state(self, state: DynamicalState) -> DynamicalState:
+        """Cut all autograd history (also truncates the meta-learner unroll)."""
+        return DynamicalState(RNNLM.detach_state(state.lm), {k: v.detach() for k, v in state.fast.items()},
+                              {k: v.detach() for k, v in state.grad.items()}, state.segment_loss.detach(),
+                              state.segment_tokens.detach(), state.segment_pos, 0)
+
+    def reset_state(self, state: DynamicalState, keep: torch.Tensor) -> DynamicalState:
+        """Zero RNN state, theta_hat and the pending segment of rows where ``keep`` [B] is False."""
+        keep = keep.to(state.segment_loss.device)
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            return t * keep.view((-1,) + (1,) * (t.dim() - 1)).to(t.dtype)
+
+        return dataclasses.replace(
+            state, lm=RNNLM.reset_state(state.lm, keep), fast={k: rows(v) for k, v in state.fast.items()},
+            grad={k: rows(v) for k, v in state.grad.items()}, segment_loss=rows(state.segment_loss),
+            segment_tokens=rows(state.segment_tokens))
+
+    # ----- forward --------------------------------------------------------------------------
+    @accepts_sentence_lists
+    def forward(self, batch, state: DynamicalState) -> tuple[LMOutput, DynamicalState]:
+        """Score one sentence batch with theta + theta_hat, updating theta_hat every segment_len positions.
+
+        Args:
+            batch: a ``SentenceBatch`` (a list of them -> list of outputs, see ``accepts_sentence_lists``).
+            state: the state before the sentence.
+
+        Returns:
+            ``LMOutput`` (logits ``[B, L, V_out]``, hidden ``[B, L, H]``) and the new state.
+        """
+        if not torch.is_grad_enabled():
+            raise RuntimeError("DynamicalLM needs autograd to update its fast weights: call it under "
+                               "torch.enable_grad() (needs_grad_at_eval = True)")
+        training = self.training
+        create_graph = training and not self.settings.first_order
+        fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
+        lm_state, grad = state.lm, dict(state.grad)
+        seg_loss, seg_tokens, seg_pos, unrolled = state.segment_loss, state.segment_tokens, state.segment_pos, state.unrolled
+        logits_parts, hidden_parts = [], []
+        length, pos = batch.tokens.size(1), 0
+        while pos < length:
+            take = min(self.settings.segment_len - seg_pos, length - pos)
+            chunk = slice_columns(batch, pos, pos + take)
+            logits, hidden, lm_state = self._score(chunk, lm_state, fast)
+            nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
+            names = list(fast)
+            grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
+                                        retain_graph=training,
+                                        allow_unused=True)
+            for name, g in zip(names, grads):
+                if g is not None:
+                    grad[name] = grad[name] + g
+            seg_loss = seg_loss + (nll if create_graph else nll.detach())
+            seg_tokens = seg_tokens + chunk.mask.sum(dim=1).to(seg_tokens.dtype)
+            seg_pos += take
+            pos += take
+            if not training:
+                logits, hidden, lm_state = logits.detach(), hidden.detach(), RNNLM.detach_state(lm_state)
+            logits_parts.append(logits)
+            hidden_parts.append(hidden)
+            if seg_pos == self.settings.segment_len:
+                fast = self._update(fast, grad, seg_loss, seg_tokens)
+                unrolled += 1
+                if not training or unrolled >= self.settings.unroll_steps:
+                    fast = {k: v.detach().requires_grad_(True) for k, v in fast.items()}
+                    unrolled = 0
+                grad = {k: torch.zeros_like(v).detach() for k, v in fast.items()}
+                seg_loss, seg_tokens, seg_pos = torch.zeros_like(seg_loss).detach(), torch.zeros_like(seg_tokens), 0
+        if not training:
+            fast = {k: v.detach() for k, v in fast.items()}
+            grad = {k: v.detach() for k, v in grad.items()}
+        output = LMOutput(logits=torch.cat(logits_parts, dim=1), hidden=torch.cat(hidden_parts, dim=1))
+        return output, DynamicalState(lm_state, fast, grad, seg_loss, seg_tokens, seg_pos, unrolled)
+
+    def _update(self, fast, grad, seg_loss, seg_tokens) -> dict[str, torch.Tensor]:
+        """theta_hat <- f * theta_hat - i * grad for documents that had tokens in the segment."""
+        mean_loss = seg_loss / seg_tokens.clamp(min=1)  # [B]
+        has_tokens = seg_tokens > 0
+        new = {}
+        for name, value in fast.items():
+            shape = (-1,) + (1,) * (value.dim() - 1)
+            mean_grad = grad[name] / seg_tokens.clamp(min=1).view(shape)  # gradient of the mean segment NLL
+            if self.settings.checkpoint_unroll and self.training:
+                updated = checkpoint(self.meta_learner.update, value, mean_grad, mean_loss, use_reentrant=False)
+            else:
+                updated = self.meta_learner.update(value, mean_grad, mean_loss)
+            new[name] = torch.where(has_tokens.view((-1,) + (1,) * (value.dim() - 1)), updated, value)
+        return new
+
+    def _score(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor]):
+        """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk."""
+        lm = self.lm
+        # In eval with only a fast output layer nothing below the decoder needs a graph.
+        below_needs_graph = self.training or any(not k.startswith("output.") for k in fast)
+        with torch.set_grad_enabled(below_needs_graph):
+            x = lm.embed(chunk)  # [B, l, E]
+            if "embedding.weight" in fast:
+                ids = shortlist_input_ids(chunk.tokens, self.spec)
+                rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(ids)
+                not_pad = (ids != self.spec.pad_id).unsqueeze(-1).to(x.dtype)
+                x = x + fast["embedding.weight"][rows, ids] * not_pad
+            x = lm.input_dropout(x)
+            if any(k.startswith("recurrent.") for k in fast):
+                hidden, lm_state = self._run_fast_rnn(x, lm_state, fast, chunk)
+            else:
+                hidden, lm_state = lm.run_rnn(x, lm_state, getattr(chunk, "lengths", None))
+        dropped = lm.output_dropout(hidden)
+        if "output.weight" in fast:
+            logits = fast_linear(dropped, lm.decoder.weight, lm.decoder.bias, fast["output.weight"],
+                                 fast["output.bias"])
+        else:
+            logits = lm.decoder(dropped)
+        return logits, hidden, lm_state
+
+    def _run_fast_rnn(self, x, lm_state: RNNState, fast, chunk):
+        """The recurrent layers with fast ``weight_hh`` (rows past ``chunk.lengths`` keep their state)."""
+        rnn = self.lm.rnn
+        lengths = getattr(chunk, "lengths", None)
+        if lengths is None:
+            lengths = chunk.mask.sum(dim=1)
+        active = torch.arange(x.size(1), device=x.device).unsqueeze(0) < lengths.to(x.device).unsqueeze(1)
+        hs, cs = [], []
+        for layer in range(self.cfg.num_layers):
+            if layer > 0 and self.training and self.cfg.dropout > 0:
+                x = F.dropout(x, self.cfg.dropout)
+            args = (getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}"),
+                    getattr(rnn, f"bias_ih_l{layer}", None), getattr(rnn, f"bias_hh_l{layer}", None),
+                    fast[f"recurrent.weight_hh_l{layer}"])
+            if self.cfg.backbone == "lstm":
+                x, (h, c) = fast_lstm_layer(x, (lm_state.h[layer], lm_state.c[layer]), *args, active=active)
+                cs.append(c)
+            else:
+                x, h = fast_gru_layer(x, lm_state.h[layer], *args, active=active)
+            hs.append(h)
+        return x, RNNState(torch.stack(hs), torch.stack(cs) if cs else None)
+
+
+def _segment_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed NLL per document ``[B]`` (float32 at least, float64 kept for gradient checks)."""
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
+    nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, L]
+    return (nll * mask.to(nll.dtype)).sum(dim=1)

@@ -1,0 +1,154 @@
+"""DynamicalLM: static equivalence at theta_hat = 0, updates, gradient to phi (finite
+differences), and that short meta-training makes the second reading of a document cheaper."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynlm.data.batching import collate_documents
+from dynlm.losses import chunk_loss, token_nll
+from dynlm.models import build_model
+from dynlm.models.dynamical_lm import DynamicalLM, DynamicalState, dynamical_lm_small
+from dynlm.vocab_spec import VocabSpec
+
+SPEC = VocabSpec(num_words=24, num_entities=0, shortlist_size=24, num_subwords=4)
+
+
+def _row(doc_id, sentences):
+    words, lengths = [], []
+    for sentence in sentences:
+        words += [SPEC.bos_id, *sentence, SPEC.eos_id]
+        lengths.append(len(sentence) + 2)
+    n = len(words)
+    return dict(doc_id=doc_id, source_file="t", num_tokens=n, sentence_lengths=lengths, word_ids=words,
+                entity_ids=[0] * n, subword_ids=[1] * n, subword_lengths=[1] * n)
+
+
+def _random_docs(num_docs, length, readings, seed):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(num_docs):
+        sentence = torch.randint(4, SPEC.num_words, (length,), generator=g).tolist()
+        rows.append(_row(f"d{i}", [sentence] * readings))
+    return collate_documents(rows, SPEC)
+
+
+def _model(**dynamical):
+    cfg = dynamical_lm_small(embed_dim=16, hidden_dim=16, dropout=0.0, dynamical=dynamical)
+    return DynamicalLM(cfg, SPEC)
+
+
+@pytest.mark.parametrize("fast_params", [["output"], ["embedding"], ["recurrent"]])
+def test_zero_fast_weights_give_the_static_model(fast_params):
+    model = _model(fast_params=fast_params, segment_len=1000).eval()
+    batch = _random_docs(3, 9, 1, seed=1)
+    output, state = model(batch.sentences[0], model.init_state(3))
+    with torch.no_grad():
+        static, _ = model.lm(batch.sentences[0], model.lm.init_state(3))
+    torch.testing.assert_close(output.logits, static.logits, rtol=1e-5, atol=1e-6)
+    assert all(float(v.abs().max()) == 0.0 for v in state.fast.values())  # no update yet
+    assert state.segment_pos == 10 and not output.logits.requires_grad
+
+
+def test_fast_weights_update_each_segment_and_reset_per_document():
+    model = _model(segment_len=4).eval()
+    batch = _random_docs(2, 9, 1, seed=2)  # 10 positions -> 2 updates, 2 pending
+    output, state = model(batch.sentences[0], model.init_state(2))
+    assert isinstance(state, DynamicalState) and state.segment_pos == 2
+    assert float(state.fast["output.weight"].abs().max()) > 0
+    assert float(state.grad["output.bias"].abs().max()) > 0  # pending partial segment
+    reset = model.reset_state(state, torch.tensor([True, False]))
+    assert float(reset.fast["output.weight"][1].abs().max()) == 0.0
+    torch.testing.assert_close(reset.fast["output.weight"][0], state.fast["output.weight"][0])
+    assert float(reset.segment_tokens[1]) == 0.0
+
+
+def test_build_model_and_param_groups():
+    cfg = dynamical_lm_small(dynamical=dict(meta_lr=0.01))
+    model = build_model(cfg, SPEC)
+    assert isinstance(model, DynamicalLM) and DynamicalLM.needs_grad_at_eval
+    groups = model.param_groups(0.002)
+    assert [g["lr"] for g in groups] == [0.002, 0.01]
+    assert sum(p.numel() for g in groups for p in g["params"]) == sum(p.numel() for p in model.parameters())
+    with pytest.raises(ValueError, match="embedding='word'"):
+        DynamicalLM(dynamical_lm_small(embedding="subword", dynamical=dict(fast_params=["embedding"])), SPEC)
+
+
+def test_no_grad_is_a_clear_error():
+    model = _model().eval()
+    batch = _random_docs(1, 3, 1, seed=0)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="enable_grad"):
+        model(batch.sentences[0], model.init_state(1))
+
+
+@pytest.mark.parametrize("first_order", [False, True])
+def test_gradient_of_one_unrolled_update_reaches_phi(first_order):
+    """d(loss of segment 2)/d(phi) through one update, against central finite differences."""
+    torch.manual_seed(0)
+    model = _model(segment_len=5, meta_hidden_dim=3, first_order=first_order, input_gate_bias=-1.0).double().train()
+    batch = _random_docs(2, 8, 1, seed=3)  # 9 positions: segment 1 = 0..4, segment 2 = 5..8
+
+    def second_segment_loss():
+        output, _ = model(batch.sentences[0], model.init_state(2))
+        return F.cross_entropy(output.logits[:, 5:].transpose(1, 2), batch.sentences[0].targets[:, 5:],
+                               reduction="none")[batch.sentences[0].mask[:, 5:]].sum()  # float64
+
+    loss = second_segment_loss()
+    params = list(model.meta_learner.parameters())
+    analytic = torch.autograd.grad(loss, params)
+    assert sum(float(g.abs().sum()) for g in analytic) > 0
+    step = 1e-6
+    for param, grad in zip(params, analytic):
+        flat = param.data.view(-1)
+        for index in range(0, flat.numel(), max(1, flat.numel() // 3)):
+            original = flat[index].item()
+            flat[index] = original + step
+            plus = second_segment_loss().item()
+            flat[index] = original - step
+            minus = second_segment_loss().item()
+            flat[index] = original
+            numeric = (plus - minus) / (2 * step)
+            assert abs(numeric - grad.view(-1)[index].item()) <= 1e-6 + 1e-4 * abs(numeric)
+
+
+def test_unroll_is_truncated_after_unroll_steps():
+    model = _model(segment_len=2, unroll_steps=2).train()
+    batch = _random_docs(1, 9, 1, seed=4)
+    _, state = model(batch.sentences[0], model.init_state(1))  # 10 positions -> 5 updates
+    assert state.unrolled == 1  # 5 updates, truncated after 2 and 4
+    assert model.detach_state(state).unrolled == 0
+
+
+def _second_reading_nll(model, twice, once):
+    """NLL of the second reading = NLL(two readings) - NLL(first reading alone)."""
+    def total(batch):
+        state = model.init_state(batch.batch_size)
+        nll = 0.0
+        for sentence in batch.sentences:
+            output, state = model(sentence, state)
+            nll += float(token_nll(output.logits, sentence.targets, sentence.mask).sum())
+        return nll
+    return total(twice) - total(once)
+
+
+def test_meta_training_lowers_the_loss_of_a_second_reading():
+    torch.manual_seed(0)
+    model = _model(segment_len=6, unroll_steps=4, input_gate_bias=1.0, forget_gate_bias=4.0, meta_lr=0.05)
+    optimizer = torch.optim.Adam(model.param_groups(0.01))
+    model.train()
+    for step in range(40):
+        batch = _random_docs(8, 12, 2, seed=100 + step)
+        outputs, _ = model(batch.sentences, model.init_state(8))
+        loss, _, _ = chunk_loss(outputs, batch.sentences)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    twice, once = _random_docs(8, 12, 2, seed=7), _random_docs(8, 12, 1, seed=7)
+    dynamic = _second_reading_nll(model, twice, once)
+    # the same theta with the meta-learner switched off (theta_hat stays 0) = the static model
+    with torch.no_grad():
+        model.meta_learner.gates.bias.copy_(torch.tensor([-100.0, 100.0]))
+    static = _second_reading_nll(model, twice, once)
+    # a fast output layer is at best a unigram cache of the 12 words read: ~0.83 of the static NLL
+    assert dynamic < 0.9 * static
