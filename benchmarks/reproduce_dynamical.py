@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
 
 
-def read_articles(split: str, limit: int) -> list[dict]:
-    path = DATA / f"{split}.txt.gz"
+def read_articles(split: str, limit: int, data_dir: Path = DATA) -> list[dict]:
+    path = Path(data_dir) / f"{split}.txt.gz"
     docs = [d for d in parse_file(path.read_bytes(), str(path), "text") if isinstance(d, dict)]
     return docs[:limit]
 
@@ -53,6 +53,7 @@ def timed_eval(fn):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=DATA, help="folder with WikiText-2 {train,valid,test}.txt.gz")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--train-articles", type=int, default=20)
@@ -78,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                 d["sentences"] = d["sentences"][: args.max_lines]
         return docs
 
-    train_docs = clip(read_articles("train", args.train_articles))
-    valid_docs = clip(read_articles("valid", args.eval_articles))
-    test_docs = clip(read_articles("test", args.eval_articles))
+    train_docs = clip(read_articles("train", args.train_articles, args.data_dir))
+    valid_docs = clip(read_articles("valid", args.eval_articles, args.data_dir))
+    test_docs = clip(read_articles("test", args.eval_articles, args.data_dir))
     counts = Counter(w for d in train_docs for s in d["sentences"] for w in s)
     pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=args.vocab_size,
                                                    gamma=1.0, bpe_merges=0, max_chains=1))

@@ -56,6 +56,7 @@ def _trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+@torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
 def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int = 20,
                        max_segments: int | None = None) -> dict[str, torch.Tensor]:
     """RMS of each weight's gradient over segments of training data (model in eval mode).
@@ -107,6 +108,7 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
     return {name: (s / count).sqrt() for name, s in sums.items()}
 
 
+@torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
 def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
                      stats: dict[str, torch.Tensor]) -> dict[str, float]:
     """Evaluate ``model`` with dynamic evaluation; the model's weights are restored afterwards.

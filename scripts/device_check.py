@@ -28,6 +28,7 @@ from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
 from dynlm.data.local_prepare import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
+from dynlm.distributed import EveryParameterUsed
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.optim import build_optimizer
@@ -82,7 +83,8 @@ def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
     model_cfg = ModelConfig.from_dict({"type": args.model, "embed_dim": args.dim, "hidden_dim": args.dim,
                                        "dntm": {"dynamic": "both", "merge_fn": "gru"}})
     model = build_model(model_cfg, spec).to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
+    # A chunk without mentions leaves the merge parameters out of the graph: anchor them all.
+    ddp = torch.nn.parallel.DistributedDataParallel(EveryParameterUsed(model), device_ids=[rank] if cuda else None)
     train_cfg = TrainConfig.from_dict({"lr": 3e-3, "epochs": args.epochs, "batch_size": args.batch_size,
                                        "bptt_sentences": 8, "lr_schedule": "constant"})
     optimizer = build_optimizer(model, train_cfg)
