@@ -1,0 +1,166 @@
+"""Tests of the Dynamic Neural Text Model (dynlm.models.dntm)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynlm.data.batching import collate_documents
+from dynlm.models import build_model
+from dynlm.models.dntm import DNTM, DNTMState, dntm_small
+from dynlm.models.rnn_lm import RNNLM
+from dynlm.vocab_spec import VocabSpec
+
+SPEC = VocabSpec(num_words=20, num_entities=3, shortlist_size=15, num_subwords=4)
+E1, E2, E3 = 20, 21, 22  # word ids of <unk1>, <unk2>, <unk3>
+
+
+def _row(doc_id: str, sentences: list[list[int]]) -> dict:
+    """An encoded document row from sentences of word ids (<bos>/<eos> added; 1 subword a token)."""
+    words = [w for s in sentences for w in (SPEC.bos_id, *s, SPEC.eos_id)]
+    return {
+        "doc_id": doc_id, "source_file": "test", "num_tokens": len(words),
+        "sentence_lengths": [len(s) + 2 for s in sentences], "word_ids": words,
+        "entity_ids": [w - SPEC.num_words + 1 if w >= SPEC.num_words else 0 for w in words],
+        "subword_ids": [1] * len(words), "subword_lengths": [1] * len(words),
+    }
+
+
+DOC_A = [[5, E1, 6, 7], [E1, 8, E2, 9], [10, E1, E2, 11, E1], [E2, 12, E1]]
+DOC_B = [[E1, 13, 14, 15, 16, 17, E1], [18, E2], [E3, 5, E1, 6], [7, E3, 8], [9, E2]]
+
+
+def _model(dynamic="both", merge_fn="gru", seed=0, **overrides) -> DNTM:
+    torch.manual_seed(seed)
+    cfg = dntm_small(embed_dim=8, hidden_dim=8, dropout=0.0, dntm={"dynamic": dynamic, "merge_fn": merge_fn}, **overrides)
+    return DNTM(cfg, SPEC).eval()
+
+
+def _run(model, rows) -> tuple[list[torch.Tensor], DNTMState]:
+    batch = collate_documents(rows, SPEC)
+    state = model.init_state(batch.batch_size)
+    outputs, state = model(batch.sentences, state)
+    return [o.logits for o in outputs], state
+
+
+def test_build_model_shapes_and_state():
+    model = build_model(dntm_small(), SPEC)
+    assert isinstance(model, DNTM)
+    batch = collate_documents([_row("a", DOC_A), _row("b", DOC_B)], SPEC)
+    state = model.init_state(2)
+    assert state.entities.memory.shape == (2, 3, 64) and state.rnn.h.shape == (1, 2, 64)
+    output, state = model(batch.sentences[0], state)
+    assert output.logits.shape == (2, 8, SPEC.output_size) and output.hidden.shape == (2, 8, 64)
+    # After sentence 1: doc a saw <unk1>, doc b saw <unk1> (twice); nobody saw <unk2>/<unk3>.
+    memory = state.entities.memory
+    assert memory[:, 0].abs().sum(-1).gt(0).all() and torch.all(memory[:, 1:] == 0)
+    detached = model.detach_state(state)
+    assert not detached.entities.memory.requires_grad and not detached.rnn.h.requires_grad
+    reset = model.reset_state(state, torch.tensor([True, False]))
+    assert torch.all(reset.entities.memory[1] == 0) and torch.equal(reset.entities.memory[0], memory[0])
+    assert torch.all(reset.rnn.h[:, 1] == 0) and torch.all(reset.rnn.c[:, 1] == 0)
+
+
+def test_seeded_expected_values():
+    logits, state = _run(_model("both", "gru"), [_row("a", DOC_A)])
+    torch.testing.assert_close(logits[0][0, 1, E1 - 2 : E1 + 2], torch.tensor(EXPECTED_FIRST), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(logits[3][0, 1, E1 - 2 : E1 + 2], torch.tensor(EXPECTED_LAST), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(state.entities.memory[0, :2, :3], torch.tensor(EXPECTED_MEMORY), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dynamic", ["none", "input", "output", "both"])
+def test_zero_entity_representation_equals_the_baseline_exactly(dynamic):
+    model = _model(dynamic)
+    baseline = RNNLM(model.cfg, SPEC).eval()
+    baseline.load_state_dict(model.lm.state_dict())
+    rows = [_row("a", DOC_A), _row("b", DOC_B)]
+    batch = collate_documents(rows, SPEC)
+    expected, _ = baseline(batch.sentences, baseline.init_state(2))
+    logits, _ = _run(model, rows)
+    # Sentence 1 is read with d_e = 0 for every chain: identical to the baseline, bit for bit.
+    assert torch.equal(logits[0], expected[0].logits)
+    if dynamic == "none":
+        assert all(torch.equal(a, b.logits) for a, b in zip(logits, expected))
+    else:  # later sentences use the merged d_e and differ ...
+        assert not torch.equal(logits[1], expected[1].logits)
+        with torch.no_grad():  # ... unless W_dx = W_dy = 0, which makes every d_e contribute 0
+            for name in ("input_proj", "output_proj"):
+                if hasattr(model, name):
+                    getattr(model, name).weight.zero_()
+        logits, _ = _run(model, rows)
+        assert all(torch.equal(a, b.logits) for a, b in zip(logits, expected))
+
+
+def test_input_and_output_dynamics_touch_the_right_places():
+    rows = [_row("a", DOC_A)]
+    base, _ = _run(_model("none"), rows)
+    out_only, _ = _run(_model("output"), rows)
+    in_only, _ = _run(_model("input"), rows)
+    words = slice(0, SPEC.num_words)
+    # Output dynamics only change entity logits (sentence 2: <unk1> has a representation).
+    assert torch.equal(out_only[1][..., words], base[1][..., words])
+    assert not torch.equal(out_only[1][0, :, E1], base[1][0, :, E1])
+    assert torch.equal(out_only[1][0, :, E3], base[1][0, :, E3])  # <unk3> never seen in doc a
+    # Input dynamics change the LM from the first input mention of a known entity on.
+    assert torch.equal(in_only[1][0, 0], base[1][0, 0])  # <bos> <unk1> 8 ...: <bos> is read alike
+    assert not torch.allclose(in_only[1][0, 1], base[1][0, 1])  # <unk1> is read as W_dx d_1 + b^x_1
+
+
+def test_padding_and_batching_do_not_change_results():
+    model = _model("both", "attention")
+    alone, alone_state = _run(model, [_row("a", DOC_A)])
+    together, state = _run(model, [_row("b", DOC_B), _row("a", DOC_A)])
+    for t, logits in enumerate(alone):
+        n = logits.size(1)
+        torch.testing.assert_close(together[t][1, :n], logits[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(state.entities.memory[1], alone_state.entities.memory[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(state.entities.score_lse[1], alone_state.entities.score_lse[0])
+
+
+@pytest.mark.parametrize("merge_fn", ["max", "gru", "gru_relu", "latest", "attention"])
+def test_gradients_reach_every_dynamic_parameter(merge_fn):
+    model = _model("both", merge_fn)
+    model.train()
+    batch = collate_documents([_row("a", DOC_A), _row("b", DOC_B)], SPEC)
+    state = model.init_state(2)
+    outputs, state = model(batch.sentences[:3], state)
+    loss = sum(
+        torch.nn.functional.cross_entropy(o.logits[s.mask], s.targets[s.mask])
+        for o, s in zip(outputs, batch.sentences[:3])
+    )
+    loss.backward()
+    params = dict(model.named_parameters())
+    names = ["input_proj.weight", "output_proj.weight", "context_encoder.proj.weight",
+             "context_encoder.rnn.weight_ih_l0", "context_encoder.rnn.weight_ih_l0_reverse"]
+    names += [n for n in params if n.startswith("merge.")]
+    assert any(n.startswith("merge.") for n in names) == (merge_fn not in ("max", "latest"))
+    for name in names:
+        assert params[name].grad is not None and params[name].grad.abs().sum() > 0, name
+
+
+def test_save_load_gives_identical_outputs(tmp_path):
+    from dynlm import checkpoint
+
+    model = _model("both", "attention")
+    rows = [_row("a", DOC_A), _row("b", DOC_B)]
+    expected, _ = _run(model, rows)
+    path = tmp_path / "dntm.pt"
+    checkpoint.save(path, model, model.cfg, SPEC)
+    loaded, cfg, spec, _ = checkpoint.load(path)
+    assert isinstance(loaded, DNTM) and cfg == model.cfg and spec == SPEC
+    logits, _ = _run(loaded.eval(), rows)
+    assert all(torch.equal(a, b) for a, b in zip(logits, expected))
+
+
+def test_bad_entity_ids_are_rejected():
+    model = _model("both")
+    small = VocabSpec(num_words=20, num_entities=2, shortlist_size=15, num_subwords=4)
+    narrow = DNTM(model.cfg, small)
+    batch = collate_documents([_row("b", DOC_B)], SPEC)  # mentions <unk3>, beyond the narrow model's memory
+    with pytest.raises(ValueError, match="num_entities=2"):
+        narrow(batch.sentences, narrow.init_state(1))
+
+
+EXPECTED_FIRST = [-0.29669, 0.04776, -0.05865, -0.28779]
+EXPECTED_LAST = [-0.17196, -0.03983, -0.16972, -0.2666]
+EXPECTED_MEMORY = [[-0.0826, -0.13805, -0.3488], [-0.06084, -0.13585, -0.40332]]
