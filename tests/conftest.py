@@ -24,7 +24,8 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False,
+        # address="local": always a fresh single-node cluster, never one left by another process
+        ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     yield ray
     ray.shutdown()

@@ -134,15 +134,15 @@ class RNNLM(nn.Module):
         hx = state if state.c is not None else state.h
         if lengths is None:
             hidden, new = self.rnn(x, hx)
-            return hidden, _as_state(new)
+            return hidden, _as_state(new, state.h.dtype)
         lengths = lengths.to("cpu", torch.int64)
         if bool((lengths == x.size(1)).all()):
             hidden, new = self.rnn(x, hx)
-            return hidden, _as_state(new)
+            return hidden, _as_state(new, state.h.dtype)
         packed = pack_padded_sequence(x, lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
         out, new = self.rnn(packed, hx)
         hidden, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
-        new = _as_state(new)
+        new = _as_state(new, state.h.dtype)
         if bool((lengths == 0).any()):
             active = (lengths > 0).to(x.device).view(1, -1, 1)  # [1, B, 1]
             new = RNNState(
@@ -173,7 +173,9 @@ class RNNLM(nn.Module):
         return LMOutput(logits=self.output_logits(hidden), hidden=hidden), state
 
 
-def _as_state(new) -> RNNState:
+def _as_state(new, dtype: torch.dtype) -> RNNState:
+    """The RNN's returned state, in the carried state's dtype: under bf16 autocast the state
+    carried from sentence to sentence stays in full precision."""
     if isinstance(new, tuple):
-        return RNNState(new[0], new[1])
-    return RNNState(new, None)
+        return RNNState(new[0].to(dtype), new[1].to(dtype))
+    return RNNState(new.to(dtype), None)
