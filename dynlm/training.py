@@ -3,12 +3,11 @@
 
 Works unchanged on a ``DistributedDataParallel``-wrapped model: the state methods are called
 on ``model.module`` and the forward goes through the wrapper, once per truncated-BPTT chunk
-(the model gets the chunk's sentences as a list), so ranks with different numbers of chunks
-can train inside ``with model.join(): ...``::
-
-    with ddp_model.join():
-        for batch in my_shard_batches:
-            train_step(ddp_model, batch, optimizer, cfg, scheduler=schedule)
+(the model gets the chunk's sentences as a list). Every rank must take the same number of
+optimizer steps: ``model.join()`` is not enough with Adam (a rank that finished early stops
+stepping and the replicas drift apart), so the Ray Train workers pad shorter batches with
+inactive sentences instead (``pipelines/train.py``), and wrap the model in
+:class:`dynlm.distributed.EveryParameterUsed` so that every rank's graph uses every parameter.
 
 ``evaluate`` runs on the unwrapped module (no collectives); all-reduce its ``nll_sum_*`` /
 ``count_*`` values (see :class:`dynlm.metrics.MetricAccumulator`) to combine ranks.

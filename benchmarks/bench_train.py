@@ -1,0 +1,188 @@
+"""Training throughput: the plain single-process loop vs Ray Train with 1 and 2 workers.
+
+All three train the same model on the same prepared synthetic corpus with the same global
+batch (documents) for the same epochs; tokens/s is the median over the epochs after the first
+(the first one pays for Ray Data start-up and bucket building). Prints one table with the
+ratios against the plain loop (target: Ray Train 1 worker >= 0.9x). With ``--use-gpu`` the
+loops run on CUDA with bf16 autocast and the mean GPU utilisation during each run is recorded
+(``nvidia-smi``, else ``torch.cuda.utilization``).
+
+    python benchmarks/bench_train.py                      # CPU, 1 thread per process
+    python benchmarks/bench_train.py --use-gpu --out $OUT/bench_train.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+class GpuSampler:
+    """Samples device-wide GPU utilisation (%) every ``interval`` seconds in a thread."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval, self.samples = interval, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def read() -> float | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5, check=True).stdout
+            return statistics.mean(float(x) for x in out.split())
+        except (OSError, subprocess.SubprocessError, ValueError, statistics.StatisticsError):
+            pass
+        try:
+            import torch
+
+            return float(torch.cuda.utilization())
+        except Exception:  # no pynvml / no CUDA: utilisation is unknown, not zero
+            return None
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            value = self.read()
+            if value is not None:
+                self.samples.append(value)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.mean(self.samples) if self.samples else None
+
+
+def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
+    """tokens/s per epoch of dynlm.training.train_step in this process (no Ray, no DDP)."""
+    import torch
+
+    from dynlm.models import build_model
+    from dynlm.optim import LRSchedule, build_optimizer
+    from dynlm.training import set_seed, train_step
+    from pipelines.train import SORT_BUFFER_BATCHES, iter_document_batches
+
+    cfg = job.train
+    set_seed(cfg.seed)
+    device = torch.device("cuda" if use_gpu else "cpu")
+    model = build_model(job.model, prepared.spec).to(device)
+    optimizer = build_optimizer(model, cfg)
+    schedule = LRSchedule(optimizer, "constant")
+    rates = []
+    for epoch in range(1, cfg.epochs + 1):
+        started, tokens = time.perf_counter(), 0
+        batches = iter_document_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
+                                        seed=epoch, buffer_rows=cfg.batch_size * SORT_BUFFER_BATCHES)
+        for batch in batches:
+            with torch.autocast("cuda", dtype=torch.bfloat16) if use_gpu else torch.autocast("cpu", enabled=False):
+                tokens += train_step(model, batch, optimizer, cfg, scheduler=schedule)["tokens"]
+        if use_gpu:
+            torch.cuda.synchronize()
+        rates.append(tokens / (time.perf_counter() - started))
+    return rates
+
+
+def ray_train(job, prepared, num_workers: int, name: str) -> list[float]:
+    """tokens/s per epoch (summed over ranks) of run_training with ``num_workers`` workers."""
+    from pipelines.train import run_training
+
+    run = job.run.to_dict()
+    run.update(num_workers=num_workers, name=name, register=False, max_failures=0)
+    result = run_training(job.replace(run=run), prepared)
+    return [r["train_tokens_per_s"] for r in result.history]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--use-gpu", action="store_true")
+    parser.add_argument("--documents", type=int, default=200, help="synthetic documents")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=8, help="global batch (documents)")
+    parser.add_argument("--hidden-dim", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the plain loop (Ray workers get 1 per CPU)")
+    parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed)")
+    parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--address", default="local",
+                        help="Ray address (default: a fresh local Ray, never someone else's cluster)")
+    args = parser.parse_args()
+
+    import torch
+
+    from dynlm.data.synth import SynthConfig, write_conll
+    from pipelines.defaults import default_job
+    from pipelines.prepare import prepare
+
+    torch.set_num_threads(args.threads)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_train_"))
+    write_conll(SynthConfig(num_documents=args.documents, docs_per_file=50), work / "synth")
+    job = default_job([
+        f"data.inputs=[{work / 'synth'}]", f"data.output_root={work / 'prepared'}",
+        f"model.embed_dim={args.hidden_dim}", f"model.hidden_dim={args.hidden_dim}",
+        f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}", "train.lr_schedule=constant",
+        "train.early_stopping_patience=0", f"run.storage_path={work / 'ray'}",
+        f"run.tracking_uri=sqlite:///{work / 'mlflow.db'}", f"run.use_gpu={str(args.use_gpu).lower()}",
+        "run.cpus_per_worker=0.5" if not args.use_gpu else "run.cpus_per_worker=1"])
+    import ray
+
+    ray.init(address=args.address, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    prepared = prepare(job.data, progress=False)
+    stamp = time.strftime("%H%M%S")
+    runs = {}
+    for label, fn in (("plain loop", lambda: plain_loop(job, prepared, args.use_gpu)),
+                      ("ray train 1 worker", lambda: ray_train(job, prepared, 1, f"bench1-{stamp}")),
+                      ("ray train 2 workers", lambda: ray_train(job, prepared, 2, f"bench2-{stamp}"))):
+        if args.use_gpu and label.endswith("2 workers") and torch.cuda.device_count() < 2:
+            print(f"[bench] skipping {label}: {torch.cuda.device_count()} GPU(s)")
+            continue
+        sampler = GpuSampler() if args.use_gpu else None
+        with sampler or _Null():
+            rates = fn()
+        steady = rates[1:] or rates
+        runs[label] = {"tokens_per_s": statistics.median(steady), "per_epoch": rates,
+                       "gpu_util_mean": sampler.mean if sampler else None}
+        print(f"[bench] {label}: {runs[label]['tokens_per_s']:.0f} tokens/s (epochs: "
+              + ", ".join(f"{r:.0f}" for r in rates) + ")", flush=True)
+
+    base = runs["plain loop"]["tokens_per_s"]
+    print(f"\ntraining throughput ({'GPU bf16' if args.use_gpu else f'CPU, {args.threads} thread(s)'}; "
+          f"{args.documents} docs, global batch {args.batch_size}, hidden {args.hidden_dim})")
+    print(f"{'run':<22}{'tokens/s':>12}{'vs plain':>10}{'GPU util %':>12}")
+    for label, row in runs.items():
+        util = row["gpu_util_mean"]
+        print(f"{label:<22}{row['tokens_per_s']:>12.0f}{row['tokens_per_s'] / base:>9.2f}x"
+              f"{(f'{util:.0f}' if util is not None else '-'):>12}")
+        row["ratio_vs_plain"] = row["tokens_per_s"] / base
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""``dynlm train``: prepare (or reuse) the data, then train with Ray Train DDP and track in MLflow.
+
+Examples::
+
+    dynlm train                                   # the embedded default job (synthetic corpus)
+    dynlm train --config job.yaml --set model.dntm.merge_fn=max --num-workers 4
+    dynlm train --use-gpu --num-workers 8         # NCCL, one GPU per worker (--set run.bf16=true: bf16 autocast)
+    dynlm train --set run.name=exp1 --resume      # continue exp1 from its latest checkpoint
+    dynlm train --local                           # one process, dynlm.training.fit, no Ray Train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="Ray Train DDP training, tracked in MLflow, registered as a challenger",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="job YAML (data/model/train/run sections); default: the embedded job")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. train.lr=1e-3 (repeatable)")
+    parser.add_argument("--num-workers", type=int, help="Ray Train workers (run.num_workers)")
+    parser.add_argument("--use-gpu", action="store_true", help="one GPU per worker, NCCL (bf16 autocast with --set run.bf16=true)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue run.name (or the latest run under run.storage_path)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or ./mlflow.db)")
+    parser.add_argument("--local", action="store_true",
+                        help="debug: train in this process with dynlm.training.fit (no Ray Train, no MLflow)")
+    parser.set_defaults(func=run)
+
+
+def job_from_args(args) -> "JobConfig":  # noqa: F821
+    """The job of the command line: config file (or default) + --set + the flag shortcuts."""
+    from pipelines.defaults import load_job
+
+    overrides = list(args.overrides)
+    if args.num_workers is not None:
+        overrides.append(f"run.num_workers={args.num_workers}")
+    if args.use_gpu:
+        overrides.append("run.use_gpu=true")
+    if args.resume:
+        overrides.append("run.resume=true")
+    if args.tracking_uri:
+        overrides.append(f"run.tracking_uri={args.tracking_uri}")
+    return load_job(args.config, overrides)
+
+
+def run(args) -> int:
+    from pipelines.defaults import ensure_synthetic_corpus
+
+    job = job_from_args(args)
+    ensure_synthetic_corpus(job)
+    if args.local:
+        return run_local(job)
+    from pipelines.prepare import prepare
+    from pipelines.ray_env import init_ray
+    from pipelines.train import run_training
+
+    init_ray()
+    prepared = prepare(job.data, progress=False)
+    result = run_training(job, prepared)
+    for record in result.history:
+        print(_format_record(record))
+    print(f"[train] best valid ppl {result.best_valid_ppl:.2f} over {result.epochs} epochs; "
+          f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
+          + (f"; registered version {result.model_version}" if result.model_version else ""))
+    return 0
+
+
+def run_local(job) -> int:
+    """Single-process training for debugging: the same data, batching and model, no Ray Train."""
+    import torch
+
+    from dynlm import checkpoint
+    from dynlm.data.prepared import PreparedData
+    from dynlm.models import build_model
+    from dynlm.training import fit, set_seed
+    from pipelines.train import SORT_BUFFER_BATCHES, iter_document_batches
+
+    root = Path(job.data.output_root).expanduser().resolve() / job.data.data_hash()
+    if (root / "manifest.json").exists():
+        prepared = PreparedData.open(root)
+    else:  # preparing needs Ray Data
+        from pipelines.prepare import prepare
+
+        prepared = prepare(job.data, progress=False)
+    spec, cfg = prepared.spec, job.train
+    buffer_rows = cfg.batch_size * SORT_BUFFER_BATCHES
+    set_seed(cfg.seed)
+    device = torch.device("cuda" if job.run.use_gpu and torch.cuda.is_available() else "cpu")
+    model = build_model(job.model, spec).to(device)
+
+    def train_batches(epoch: int):
+        return iter_document_batches(prepared.iter_rows("train"), spec, cfg.batch_size,
+                                     seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows)
+
+    def valid_batches():
+        return iter_document_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0,
+                                     buffer_rows=buffer_rows)
+
+    summary = fit(model, train_batches, valid_batches, cfg,
+                  on_epoch=lambda epoch, record: print(_format_record(record), flush=True))
+    out = Path(job.run.storage_uri()) / (job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}")
+    path = checkpoint.save(out / "model.pt", model, job.model, spec,
+                           extra={"history": summary["history"], "job": job.to_dict()})
+    print(f"[train --local] best valid ppl {summary['best_valid_ppl']:.2f} (epoch {summary['best_epoch']}); "
+          f"checkpoint {path}")
+    print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
+    return 0
+
+
+def _format_record(record: dict) -> str:
+    keys = ("epoch", "train_ppl", "valid_ppl", "valid_ppl_first_mention", "valid_ppl_reappearing",
+            "train_tokens_per_s", "train_padding_fraction")
+    parts = []
+    for key in keys:
+        if key in record:
+            value = record[key]
+            parts.append(f"{key}={value:.3f}" if isinstance(value, float) and math.isfinite(value)
+                         else f"{key}={value}")
+    return "[train] " + " ".join(parts)

@@ -1,0 +1,109 @@
+"""The job config of ``dynlm train``: data + model + training + run settings, all strict.
+
+A job is one YAML file (or the embedded default, :mod:`pipelines.defaults`) plus
+``section.key=value`` overrides::
+
+    job = JobConfig.from_yaml("job.yaml", overrides=["model.dntm.merge_fn=max", "run.num_workers=1"])
+    JobConfig.from_dict({"modle": {}})      # ConfigError: unknown key 'modle'
+
+Missing sections take their defaults, except ``data`` whose ``inputs`` must be given
+(:func:`pipelines.defaults.default_job` fills them with the synthetic corpus).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynlm.config import Config, ConfigError
+from dynlm.data.config import DataConfig
+from dynlm.models.config import ModelConfig
+from dynlm.training import TrainConfig
+
+
+@dataclass
+class RunSettings(Config):
+    """Where and how a training job runs (Ray resources, storage, tracking, fault injection).
+
+    Attributes:
+        num_workers: Ray Train workers (one DDP rank each).
+        use_gpu: one GPU per worker and NCCL; CPU and gloo otherwise.
+        bf16: bf16 autocast on GPU workers. Off by default: in the one GPU check so far (see
+            benchmarks/results/gpu_h200.md) training diverged under bf16 autocast.
+        cpus_per_worker: CPUs reserved per worker. Below 1 locally so Ray Data keeps CPU to
+            stream the shards (a worker group that takes every CPU starves the ingest).
+        storage_path: Ray Train storage (checkpoints); shared storage on a multi-node cluster.
+        experiment: MLflow experiment name.
+        tracking_uri: MLflow tracking URI (None: $MLFLOW_TRACKING_URI, else ./mlflow.db).
+        max_failures: worker-group restarts before the run fails (each resumes from the
+            latest checkpoint).
+        fail_at_epoch: fault injection: rank ``fail_rank`` raises once in this epoch (-1: off).
+        fail_rank: the rank that raises.
+        resume: continue the run ``name`` (or the latest run under storage_path) from its
+            latest checkpoint.
+        register: register the best checkpoint in the MLflow model registry at the end.
+        name: Ray Train run name (folder under storage_path); None: ``<model type>-<time>``.
+        init_checkpoint: warm start: a dynlm checkpoint file (path or URI) whose weights
+            initialize the model (optimizer and schedule start fresh); ignored when the run
+            restores its own checkpoint. None: random initialization.
+    """
+
+    num_workers: int = 2
+    use_gpu: bool = False
+    bf16: bool = False
+    cpus_per_worker: float = 0.5
+    storage_path: str = "runs/ray"
+    experiment: str = "dynlm"
+    tracking_uri: str | None = None
+    max_failures: int = 2
+    fail_at_epoch: int = -1
+    fail_rank: int = 1
+    resume: bool = False
+    register: bool = True
+    name: str | None = None
+    init_checkpoint: str | None = None
+
+    def validate(self) -> None:
+        if self.num_workers < 1:
+            raise ConfigError(f"run.num_workers must be >= 1, got {self.num_workers}")
+        if self.cpus_per_worker <= 0:
+            raise ConfigError(f"run.cpus_per_worker must be > 0, got {self.cpus_per_worker}")
+        if self.max_failures < -1:
+            raise ConfigError(f"run.max_failures must be >= -1 (-1: unlimited), got {self.max_failures}")
+        if self.fail_at_epoch != -1 and not 0 <= self.fail_rank < self.num_workers:
+            raise ConfigError(
+                f"run.fail_rank={self.fail_rank} is not a rank of run.num_workers={self.num_workers}"
+            )
+        if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
+            raise ConfigError(f"run.name {self.name!r} must be a plain folder name")
+
+    def storage_uri(self) -> str:
+        """``storage_path`` as Ray wants it: URIs unchanged, local paths made absolute."""
+        if "://" in self.storage_path:
+            return self.storage_path
+        return str(Path(self.storage_path).expanduser().resolve())
+
+
+@dataclass
+class JobConfig(Config):
+    """One training job: what to read, what to build, how to train, where to run."""
+
+    data: DataConfig
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, _prefix: str = "") -> "JobConfig":
+        data = dict(data or {})
+        if "data" not in data:
+            raise ConfigError("JobConfig: missing section 'data' (it needs at least data.inputs)")
+        return super().from_dict(data, _prefix=_prefix)
+
+    def training_hash(self) -> str:
+        """Hash of everything that changes the trained weights (not where or how it runs)."""
+        from dynlm.config import config_hash
+
+        return config_hash({"data": self.data.data_hash(), "model": self.model.to_dict(),
+                            "train": self.train.to_dict()})

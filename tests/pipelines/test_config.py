@@ -1,0 +1,117 @@
+"""JobConfig / RunSettings: strict keys, overrides, the embedded default job, run naming."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from dynlm.config import ConfigError
+from pipelines.cli import build_parser
+from pipelines.commands.train import job_from_args
+from pipelines.config import JobConfig, RunSettings
+from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
+from pipelines.train import RAY_SNAPSHOT_FILE, per_worker_batch_size, resolve_run
+
+
+def test_default_job_is_small_and_round_trips():
+    job = default_job()
+    assert job.model.type == "dntm" and job.run.num_workers == 2 and job.train.epochs == 4
+    assert job.run.cpus_per_worker == 0.5  # below 1 so Ray Data keeps CPU for ingest
+    assert JobConfig.from_dict(job.to_dict()) == job
+    assert JobConfig.from_dict(json.loads(json.dumps(job.to_dict()))).hash() == job.hash()
+
+
+def test_unknown_top_level_key_is_named():
+    data = default_job_dict()
+    data["modle"] = {}
+    with pytest.raises(ConfigError, match="'modle'"):
+        JobConfig.from_dict(data)
+
+
+@pytest.mark.parametrize("section,key", [("run", "num_worker"), ("train", "learning_rate"), ("model", "hiden_dim")])
+def test_unknown_nested_key_is_named_with_its_section(section, key):
+    data = default_job_dict()
+    data[section][key] = 1
+    with pytest.raises(ConfigError, match=f"'{section}.{key}'"):
+        JobConfig.from_dict(data)
+
+
+def test_missing_data_section_raises():
+    with pytest.raises(ConfigError, match="data"):
+        JobConfig.from_dict({"model": {}})
+
+
+def test_overrides_apply_and_coerce():
+    job = default_job(["model.dntm.merge_fn=max", "run.num_workers=1", "train.lr=1e-3", "run.use_gpu=true"])
+    assert job.model.dntm.merge_fn == "max"
+    assert job.run.num_workers == 1
+    assert job.train.lr == pytest.approx(1e-3) and isinstance(job.train.lr, float)
+    assert job.run.use_gpu is True
+    assert default_job().model.dntm.merge_fn == "gru"  # the embedded default is not mutated
+
+
+def test_unknown_override_key_is_named():
+    with pytest.raises(ConfigError, match="run.num_worker"):
+        default_job(["run.num_worker=3"])
+    with pytest.raises(ConfigError, match="merge_fn"):
+        default_job(["model.dntm.merge_fn=mean"])  # not one of the Literal choices
+
+
+def test_run_settings_validation():
+    with pytest.raises(ConfigError, match="run.num_workers"):
+        RunSettings.from_dict({"num_workers": 0})
+    with pytest.raises(ConfigError, match="fail_rank"):
+        RunSettings.from_dict({"num_workers": 2, "fail_at_epoch": 1, "fail_rank": 2})
+    with pytest.raises(ConfigError, match="run.name"):
+        RunSettings.from_dict({"name": "a/b"})
+    with pytest.raises(ConfigError, match="integer"):
+        RunSettings.from_dict({"num_workers": "two"})
+
+
+def test_yaml_file_and_cli_flags(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(DEFAULT_JOB_YAML.replace("epochs: 4", "epochs: 7"))
+    assert load_job(path).train.epochs == 7
+    args = build_parser().parse_args(
+        ["train", "--config", str(path), "--set", "train.lr=0.01", "--num-workers", "3", "--use-gpu",
+         "--resume", "--tracking-uri", "sqlite:///x.db"])
+    job = job_from_args(args)
+    assert (job.train.epochs, job.train.lr, job.run.num_workers) == (7, 0.01, 3)
+    assert job.run.use_gpu and job.run.resume and job.run.tracking_uri == "sqlite:///x.db"
+    bad = build_parser().parse_args(["train", "--set", "train.lrr=0.01"])
+    with pytest.raises(ConfigError, match="train.lrr"):
+        job_from_args(bad)
+
+
+def test_global_batch_is_split_over_workers():
+    assert per_worker_batch_size(16, 2) == 8
+    assert per_worker_batch_size(5, 2) == 2
+    with pytest.raises(ValueError, match="batch_size=1"):
+        per_worker_batch_size(1, 2)
+
+
+def _fake_run(storage, name, mtime):
+    folder = storage / name
+    folder.mkdir(parents=True)
+    (folder / RAY_SNAPSHOT_FILE).write_text("{}")
+    os.utime(folder / RAY_SNAPSHOT_FILE, (mtime, mtime))
+
+
+def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
+    storage = tmp_path / "ray"
+    run = RunSettings(storage_path=str(storage), name="exp")
+    assert resolve_run(run, "dntm") == ("exp", False)
+    fresh, resuming = resolve_run(RunSettings(storage_path=str(storage)), "dntm")
+    assert fresh.startswith("dntm-") and not resuming
+    with pytest.raises(FileNotFoundError, match="no run with checkpoints"):
+        resolve_run(RunSettings(storage_path=str(storage), resume=True), "dntm")
+    _fake_run(storage, "exp", 1000)
+    _fake_run(storage, "newer", 2000)
+    with pytest.raises(FileExistsError, match="--resume"):
+        resolve_run(run, "dntm")  # Ray would silently continue it
+    assert resolve_run(RunSettings(storage_path=str(storage), name="exp", resume=True), "dntm") == ("exp", True)
+    assert resolve_run(RunSettings(storage_path=str(storage), resume=True), "dntm") == ("newer", True)
+    with pytest.raises(FileNotFoundError, match="'nope'"):
+        resolve_run(RunSettings(storage_path=str(storage), name="nope", resume=True), "dntm")

@@ -1,0 +1,178 @@
+"""Ray Train DDP training on a small prepared synthetic corpus: real Ray, real gloo, real MLflow.
+
+One uninterrupted 2-worker run is shared by the tests (module fixture); the resume and the
+fault-injection runs are compared with it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynlm import checkpoint as dynlm_checkpoint
+from dynlm.data.synth import SynthConfig, write_conll
+from pipelines.defaults import default_job
+
+EPOCHS = 3
+
+
+def _job(tmp: Path, prepared_root: Path, *overrides: str):
+    return default_job([
+        f"data.inputs=[{tmp / 'synth'}]", f"data.output_root={prepared_root}", "data.vocab_size=300",
+        "data.bpe_merges=30", "data.num_encode_actors=1",
+        "model.embed_dim=16", "model.hidden_dim=16", "model.dropout=0.1",
+        f"train.epochs={EPOCHS}", "train.batch_size=4", "train.lr=0.01", "train.early_stopping_patience=0",
+        f"run.storage_path={tmp / 'ray'}", "run.register=false", "run.num_workers=2", *overrides])
+
+
+@pytest.fixture(scope="module")
+def corpus(ray_session, tmp_path_factory):
+    """(tmp folder, prepared data) of a 40-document synthetic corpus."""
+    from pipelines.prepare import prepare
+
+    tmp = tmp_path_factory.mktemp("train")
+    write_conll(SynthConfig(num_documents=40, docs_per_file=20), tmp / "synth")
+    job = _job(tmp, tmp / "prepared")
+    return tmp, prepare(job.data, progress=False)
+
+
+@pytest.fixture(scope="module")
+def mlflow_module_uri(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlflow")
+    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DYNLM_MLFLOW_ARTIFACTS")}
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
+    os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(tmp / "artifacts")
+    yield os.environ["MLFLOW_TRACKING_URI"]
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def baseline(corpus, mlflow_module_uri):
+    from pipelines.train import run_training
+
+    tmp, prepared = corpus
+    return run_training(_job(tmp, prepared.root, "run.name=baseline"), prepared)
+
+
+def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri):
+    history = baseline.history
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    assert history[-1]["train_ppl"] < history[0]["train_ppl"]
+    assert history[-1]["valid_ppl"] < history[0]["valid_ppl"]
+    # every rank ends with bit-identical parameters, after every epoch
+    assert len(baseline.param_checksums) == 2
+    assert baseline.param_checksums[0] == baseline.param_checksums[1]
+    assert all(r["param_checksum_spread"] == 0.0 for r in history)
+    # every training document is seen once per epoch, except what Ray's equal split drops
+    # (fewer than num_workers, reported); padding waste is reported
+    _, prepared = corpus
+    for r in history:
+        assert r["train_documents"] + r["train_documents_dropped"] == prepared.num_documents("train")
+        assert 0 <= r["train_documents_dropped"] < 2
+    assert all(0.0 <= r["train_padding_fraction"] < 1.0 for r in history)
+    # the validation metrics cover the whole valid split (summed over ranks)
+    assert history[0]["valid_tokens"] == sum(
+        sum(n - 1 for n in row["sentence_lengths"]) for row in prepared.iter_rows("valid"))
+    # the best checkpoint: model + preprocessor, loaded with weights_only=True
+    best = Path(baseline.best_checkpoint_dir)
+    assert (best / "preprocessor.json").is_file()
+    model, model_cfg, spec, extra = dynlm_checkpoint.load(best / "model.pt")
+    assert model_cfg.embed_dim == 16 and spec == prepared.spec
+    assert extra["epoch"] == min(history, key=lambda r: r["valid_ppl"])["epoch"]
+    assert baseline.best_valid_ppl == pytest.approx(min(r["valid_ppl"] for r in history))
+    # MLflow: one value per epoch, logged by rank 0 only
+    from mlflow import MlflowClient
+
+    values = MlflowClient(mlflow_module_uri).get_metric_history(baseline.run_id, "valid_ppl")
+    assert sorted(m.step for m in values) == [1, 2, 3]
+
+
+def _close(a: dict, b: dict, keys=("train_loss", "valid_ppl", "param_checksum"), rel=1e-6):
+    for key in keys:
+        assert a[key] == pytest.approx(b[key], rel=rel), key
+
+
+def test_resume_from_checkpoint_equals_uninterrupted(baseline, corpus):
+    from pipelines.train import _read_run_info, run_training
+
+    tmp, prepared = corpus
+    # the first command dies in epoch 3 (no retries) after checkpointing epochs 1 and 2 ...
+    with pytest.raises(Exception, match="fault injection"):
+        run_training(_job(tmp, prepared.root, "run.name=resumed", "run.fail_at_epoch=3", "run.fail_rank=0",
+                          "run.max_failures=0"), prepared)
+    # ... a fresh command with --resume continues from the epoch-2 checkpoint
+    result = run_training(_job(tmp, prepared.root, "run.name=resumed", "run.fail_at_epoch=3", "run.fail_rank=0",
+                               "run.resume=true"), prepared)
+    assert [r["epoch"] for r in result.history] == [1, 2, 3]
+    for resumed, uninterrupted in zip(result.history, baseline.history):
+        _close(resumed, uninterrupted)
+    assert result.run_id == _read_run_info(f"{tmp / 'ray'}/resumed")["mlflow_run_id"]  # one MLflow run
+
+
+def test_worker_failure_restarts_from_checkpoint(baseline, corpus):
+    from pipelines.train import run_training
+
+    tmp, prepared = corpus
+    result = run_training(_job(tmp, prepared.root, "run.name=faulted", "run.fail_at_epoch=2", "run.fail_rank=1",
+                               "run.max_failures=1"), prepared)
+    assert (tmp / "ray" / "faulted" / "fault_injected_epoch2_rank1").is_file()  # it did fail once
+    assert [r["epoch"] for r in result.history] == [1, 2, 3]  # no epoch lost or counted twice
+    for faulted, uninterrupted in zip(result.history, baseline.history):
+        _close(faulted, uninterrupted, rel=1e-5)
+    assert result.param_checksums[0] == result.param_checksums[1]
+
+
+# --- lockstep DDP over uneven shards, without Ray (2 gloo processes) ---------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out: str) -> None:
+    import torch.distributed as dist
+
+    from dynlm.data.prepared import PreparedData
+    from dynlm.models import build_model
+    from dynlm.optim import LRSchedule, build_optimizer
+    from pipelines.train import EveryParameterUsed, iter_document_batches, parameter_checksum, train_one_epoch
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    job = default_job(["model.embed_dim=16", "model.hidden_dim=16"])
+    prepared = PreparedData.open(root)
+    torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+    core = build_model(job.model, prepared.spec)
+    model = torch.nn.parallel.DistributedDataParallel(EveryParameterUsed(core))
+    optimizer = build_optimizer(core, job.train)
+    rows = list(prepared.iter_rows("train"))[rank::2]
+    batches = list(iter_document_batches(iter(rows), prepared.spec, 2, seed=rank, buffer_rows=64))
+    batches = batches[: batches_per_rank[rank]]
+    totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), job.train, iter(batches),
+                             prepared.spec, torch.device("cpu"))
+    Path(out, f"rank{rank}.txt").write_text(f"{parameter_checksum(core)!r} {totals['steps']} {totals['idle_batches']}")
+    dist.destroy_process_group()
+
+
+def test_uneven_shards_run_in_lockstep_without_hanging(corpus, tmp_path):
+    import torch.multiprocessing as mp
+
+    _, prepared = corpus
+    mp.start_processes(_uneven_worker, args=(str(prepared.root), _free_port(), (3, 1), str(tmp_path)),
+                       nprocs=2, join=True, start_method="spawn")
+    (sum0, steps0, idle0), (sum1, steps1, idle1) = [
+        (tmp_path / f"rank{r}.txt").read_text().split() for r in range(2)]
+    assert sum0 == sum1 and math.isfinite(float(sum0))  # identical parameters after the epoch
+    assert steps0 == steps1  # the same optimizer steps on both ranks
+    assert (idle0, idle1) == ("0", "2")  # rank 1 ran two inactive batches while rank 0 finished
