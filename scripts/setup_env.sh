@@ -30,7 +30,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   else
     # A CPU wheel on local disk (pip's find-links) wins; else the CPU index.
     local_cpu=""
-    for d in ${PIP_FIND_LINKS:-}; do
+    for d in ${PIP_FIND_LINKS:-} $($PIP config get global.find-links 2>/dev/null); do
       ls "$d"/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1 && local_cpu=yes
     done
     if [ -n "$local_cpu" ]; then
