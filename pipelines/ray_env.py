@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 logger = logging.getLogger(__name__)
 
@@ -18,8 +19,17 @@ def _cluster_address_file_exists() -> bool:
     import ray._private.utils as ray_utils  # the file's location is only exposed here
 
     try:
-        return ray_utils.read_ray_address() is not None
+        address = ray_utils.read_ray_address()
     except Exception:  # an unreadable address file means "no cluster here"
+        return False
+    if not address:
+        return False
+    host, _, port = address.rpartition(":")
+    try:  # a stale file (the cluster was killed) would make ray.init hang on retries
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        logger.warning("ignoring the stale Ray address file (nothing listens at %s)", address)
         return False
 
 
@@ -49,5 +59,5 @@ def init_ray(**local_init_kwargs) -> str:
             return "cluster"
         except ConnectionError as exc:  # a stale address file from a stopped `ray start`
             logger.warning("no Ray cluster at the recorded address (%s); starting a local Ray", exc)
-    ray.init(**local_init_kwargs)
+    ray.init(address="local", **local_init_kwargs)  # never the recorded (stale) cluster
     return "local"
