@@ -22,7 +22,6 @@ import os
 import shutil
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,6 +35,7 @@ from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.split import assign_split
 from pipelines import prepare as base
+from pipelines import prepare_stages as stages
 
 DOCUMENT_COLUMNS = ["doc_id", "source_file", "sentences", "mentions"]
 
@@ -86,10 +86,10 @@ def input_paths(inputs: list[str]) -> tuple[list[str], bool]:
 def _parse_document_rows(batch: pa.Table, cfg_dict: dict) -> pa.Table:
     """DOCUMENT_SCHEMA rows -> pipelines.prepare.PARSED_SCHEMA rows (anonymized, split)."""
     cfg = DataConfig.from_dict(cfg_dict)
-    out: dict[str, list] = {f.name: [] for f in base.PARSED_SCHEMA}
+    out: dict[str, list] = {f.name: [] for f in stages.PARSED_SCHEMA}
     for doc in batch.to_pylist():
         values = {"kind": "document", "doc_id": doc["doc_id"], "source_file": doc["source_file"], "split": "",
-                  "sentences": [], "line": 0, "reason": "", **{k: 0 for k in base._DOC_STATS}}
+                  "sentences": [], "line": 0, "reason": "", **{k: 0 for k in stages.DOC_STATS}}
         try:
             anonymized, stats = anonymize(doc, max_chains=cfg.max_chains, min_chain_mentions=cfg.min_chain_mentions,
                                           too_many_chains=cfg.too_many_chains)
@@ -101,12 +101,12 @@ def _parse_document_rows(batch: pa.Table, cfg_dict: dict) -> pa.Table:
         elif anonymized is not None:
             values.update(sentences=anonymized["sentences"], split=assign_split(
                 doc["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction))
-        values.update({k: stats.get(k, 0) for k in base._DOC_STATS})
+        values.update({k: stats.get(k, 0) for k in stages.DOC_STATS})
         values["num_sentences"] = len(values["sentences"])
         values["num_tokens"] = sum(len(s) for s in values["sentences"])
         for key, value in values.items():
             out[key].append(value)
-    return pa.Table.from_pydict(out, schema=base.PARSED_SCHEMA)
+    return pa.Table.from_pydict(out, schema=stages.PARSED_SCHEMA)
 
 
 def _build(cfg: DataConfig, preprocessor: Preprocessor | None, out: Path, inputs_hash: str) -> dict:
@@ -122,7 +122,7 @@ def _build(cfg: DataConfig, preprocessor: Preprocessor | None, out: Path, inputs
             _parse_document_rows, batch_format="pyarrow", fn_kwargs={"cfg_dict": cfg.to_dict()})
     else:
         parsed = ray.data.read_binary_files(paths, include_paths=True).map_batches(
-            base._parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": cfg.to_dict()})
+            stages.parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": cfg.to_dict()})
     parsed = parsed.repartition(target_num_rows_per_block=base.DOCS_PER_BLOCK).materialize()
     meta = base._collect(parsed.drop_columns(["sentences"]))
     kinds = meta["kind"].to_numpy(zero_copy_only=False)
@@ -135,30 +135,17 @@ def _build(cfg: DataConfig, preprocessor: Preprocessor | None, out: Path, inputs
         raise ValueError(f"retrain inputs {cfg.inputs}: duplicate doc_id {duplicate!r}")
 
     if preprocessor is None:  # rebuild_vocabulary: fit on the new train split, like prepare
-        counts_ds = parsed.map_batches(base._count_train_words, batch_format="pyarrow", batch_size=None) \
-            .groupby("word").sum("count")
-        word_counts: dict[str, int] = {}
-        for batch in counts_ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            word_counts.update(zip(batch["word"].to_pylist(), batch["sum(count)"].to_pylist()))
+        word_counts = base._train_word_counts(parsed, ray)
         preprocessor = Preprocessor.fit(word_counts, cfg)
         source = "fit on the new train split"
     else:
         source = "given (the champion's)"
     preprocessor.save(out / "preprocessor.json")
 
-    encoded = parsed.map_batches(
-        base._EncodeDocuments, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
-        compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None)
-    by_split: dict[str, list[pa.Table]] = defaultdict(list)
-    for batch in encoded.iter_batches(batch_format="pyarrow", batch_size=None):
-        for split in base.SPLITS:
-            part = batch.filter(pc.equal(batch["split"], split))
-            if part.num_rows:
-                by_split[split].append(part.drop_columns(["split"]))
+    tables = base._encode_by_split(parsed, preprocessor, cfg, ray)  # sorted by doc_id per split
     files, doc_counts = {}, {}
     for split in base.SPLITS:
-        table = pa.concat_tables(by_split[split]) if by_split[split] else ENCODED_SCHEMA.empty_table()
-        table = table.sort_by([("doc_id", "ascending")])
+        table = tables[split]
         files[split] = base._write_shards(table, out / split, ENCODED_SCHEMA, base.ROWS_PER_SHARD)
         doc_counts[split] = table.num_rows
     quarantine = meta.filter(pa.array(kinds == "quarantine")).select(["source_file", "doc_id", "line", "reason"])

@@ -76,7 +76,7 @@ def _config(tmp_path, corpora, uri, **changes) -> RetrainConfig:
 
 
 def _champion(uri: str) -> str:
-    return MlflowClient(uri, uri).get_model_version_by_alias(NAME, "champion").version
+    return str(MlflowClient(uri, uri).get_model_version_by_alias(NAME, "champion").version)
 
 
 def _retrain_runs(uri: str):
