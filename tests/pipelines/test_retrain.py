@@ -129,7 +129,7 @@ def test_refuses_a_worse_challenger(store, corpora, tmp_path):
     assert result.challenger_ppl > result.champion_ppl
     assert _champion(store) == "1"
     client = MlflowClient(store, store)
-    assert client.get_model_version_by_alias(NAME, "challenger").version == "2"
+    assert str(client.get_model_version_by_alias(NAME, "challenger").version) == "2"
     (run,) = _retrain_runs(store)
     assert run.data.tags["decision"] == "rejected" and run.data.tags["reason"].startswith("not promoted")
 
