@@ -575,6 +575,16 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
     )
 
 
+def _mark_ended_early(run_id: str, uri: str, exc: BaseException) -> None:
+    """Close the MLflow run of a training that did not finish: KILLED on Ctrl-C, else FAILED,
+    with the error as the tag ``dynlm.error``."""
+    from pipelines import tracking
+
+    client = tracking.client(uri)
+    client.set_tag(run_id, "dynlm.error", f"{type(exc).__name__}: {exc}"[:5000])
+    client.set_terminated(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+
+
 def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str | None = None,
                  tune_callback: bool = False) -> TrainingResult:
     """Train ``job`` on ``prepared`` with Ray Train; track in MLflow; maybe register.
@@ -616,9 +626,10 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         result = build_trainer(job, prepared, name, settings, tune_callback=tune_callback).fit()
         if result.error is not None:
             raise result.error
-    except BaseException:
-        tracking.client(uri).set_terminated(run_id, "FAILED")  # --resume sets it running again
-        raise
+    except BaseException as exc:
+        if not tune_callback:  # in a Tune trial the search driver closes the run: it knows
+            _mark_ended_early(run_id, uri, exc)  # whether the scheduler stopped the trial
+        raise  # --resume sets the run running again
     output = result.return_value or {}
     history = output.get("history", [])
     best = min(result.best_checkpoints or [], key=lambda item: item[1]["valid_ppl"], default=None)

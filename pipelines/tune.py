@@ -210,9 +210,11 @@ def _scheduler(space: SearchSpace):
         return FIFOScheduler()
     from ray.tune.schedulers import ASHAScheduler
 
+    # stop_last_trials=False: a trial that reaches max_t ends by itself. Stopping it at its last
+    # report would kill it before its run logs the model (a race the trial loses under load).
     return ASHAScheduler(time_attr="training_iteration", max_t=space.max_epochs,
                          grace_period=space.tune.grace_period,
-                         reduction_factor=space.tune.reduction_factor)
+                         reduction_factor=space.tune.reduction_factor, stop_last_trials=False)
 
 
 def _trainable(context: dict):
@@ -321,9 +323,9 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
     parent_run_id = context["parent_run_id"]
     ended = grid.num_terminated + grid.num_errors
     interrupted = ended < len(grid) or len(grid) < space.expected_trials()
-    if not interrupted:
-        _close_stopped_runs(parent_run_id, uri)
     trials = collect_trials(grid, context, uri)
+    if not interrupted:
+        close_ended_runs(trials, grid, context, uri)
     result = SearchResult(experiment=context["experiment"], experiment_path=exp_uri,
                           parent_run_id=parent_run_id, num_prepared=len(context["prepared"]),
                           trials=trials, interrupted=interrupted, wall_s=wall)
@@ -394,15 +396,30 @@ def _child_runs(parent_run_id: str, uri: str) -> list:
                               max_results=10000)
 
 
-def _close_stopped_runs(parent_run_id: str, uri: str) -> None:
-    """Child runs left RUNNING (trial stopped by ASHA or interrupted) are marked KILLED."""
+def close_ended_runs(trials: list[TrialSummary], grid, context: dict, uri: str) -> None:
+    """Close the child runs left RUNNING (a trial cannot close its own run when Tune stops it).
+
+    The run a trial errored in becomes FAILED (with Tune's error as ``dynlm.error``); a run the
+    scheduler stopped, or an attempt interrupted and re-run after a restore, becomes KILLED.
+    Updates ``run_status`` of ``trials`` in place.
+    """
     from pipelines import tracking
 
     client = tracking.client(uri)
-    for run in _child_runs(parent_run_id, uri):
-        if run.info.status == "RUNNING":
+    by_run = {t.run_id: (t, r) for t, r in zip(trials, grid) if t.run_id is not None}
+    for run in _child_runs(context["parent_run_id"], uri):
+        if run.info.status != "RUNNING":
+            continue
+        trial, result = by_run.get(run.info.run_id, (None, None))
+        if trial is not None and trial.status == "ERROR":
+            client.set_tag(run.info.run_id, "dynlm.error", str(result.error)[:5000])
+            status = "FAILED"
+        else:
             client.set_tag(run.info.run_id, "dynlm.stopped", "stopped early by the Tune scheduler or interrupted")
-            client.set_terminated(run.info.run_id, "KILLED")
+            status = "KILLED"
+        client.set_terminated(run.info.run_id, status)
+        if trial is not None:
+            trial.run_status = status
 
 
 def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:

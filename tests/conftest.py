@@ -27,6 +27,9 @@ def ray_session():
         # address="local": always a fresh single-node cluster, never one left by another process
         ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    from pipelines.ray_env import claim_address_file
+
+    claim_address_file()  # Train's placement-group cleaner finds this cluster through it
     yield ray
     ray.shutdown()
 

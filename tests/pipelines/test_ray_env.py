@@ -1,0 +1,42 @@
+"""pipelines.ray_env: the driver claims Ray's address file when it names no live cluster."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def address_file():
+    """Ray's real address file, restored after the test."""
+    import ray._private.utils as ray_utils
+    from ray._common.utils import get_ray_address_file
+
+    before = ray_utils.read_ray_address()
+    yield ray_utils
+    if before is None:
+        Path(get_ray_address_file(None)).unlink(missing_ok=True)
+    else:
+        ray_utils.write_ray_address(before)
+
+
+def test_a_stale_address_file_is_claimed_by_the_running_driver(ray_session, address_file):
+    from pipelines.ray_env import init_ray
+
+    address_file.write_ray_address("127.0.0.1:1")  # what a finished test cluster leaves behind
+    assert init_ray() == "existing"
+    assert address_file.read_ray_address() == ray_session.get_runtime_context().gcs_address
+
+
+def test_an_address_file_naming_another_live_cluster_is_left_alone(ray_session, address_file):
+    from pipelines.ray_env import claim_address_file
+
+    with socket.socket() as other:  # something listens there: treated as a live `ray start`
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        live = f"127.0.0.1:{other.getsockname()[1]}"
+        address_file.write_ray_address(live)
+        claim_address_file()
+        assert address_file.read_ray_address() == live
