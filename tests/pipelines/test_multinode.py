@@ -18,15 +18,11 @@ SCENARIO = Path(__file__).with_name("multinode_scenario.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap: after the worker node is removed, the restarted Ray Train worker group did not "
-    "finish within the time limit on a 2-core machine (not yet diagnosed; see the issue note). "
-    "The scenario still runs in full and its assertions are checked when it completes."))
 def test_two_nodes_survive_losing_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run([sys.executable, str(SCENARIO), str(tmp_path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=330)
+                          capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     report = json.loads(lines[-1][len("RESULT "):])
@@ -38,11 +34,12 @@ def test_two_nodes_survive_losing_one(tmp_path):
     assert report["checkpoints_before_kill"] and not report["finished_before_kill"]
     # one rank per node: the two workers ran on different nodes
     first, last = report["node_ids_per_epoch"][0], report["node_ids_per_epoch"][-1]
-    assert sorted(first) == sorted([head, worker])
+    assert sorted(first) == sorted([head, worker]), report
     # resumed, not restarted: epoch 1's record (restored from the checkpoint) still names the
     # dead node, the last epoch ran on the head + the replacement node
-    assert sorted(last) == sorted([head, replacement])
-    assert report["history_epochs"] == list(range(1, report["epochs"] + 1)) and report["epochs"] == 5
+    assert sorted(last) == sorted([head, replacement]), report
+    assert report["history_epochs"] == list(range(1, report["epochs"] + 1))
+    assert report["epochs"] == report["epochs_expected"]
     assert report["param_checksum_spread"] == 0.0
     # checkpoints live under the shared storage_path
     assert report["best_checkpoint_dir"].startswith(report["storage"])
