@@ -14,6 +14,10 @@ Output: ``<output_root>/<data_hash>/`` with ``train|valid|test/part-NNNNN.parque
 (ENCODED_SCHEMA), ``quarantine/part-00000.parquet``, ``preprocessor.json`` and, written last,
 ``manifest.json``. The folder is built in a temporary folder and renamed into place under a
 file lock, so concurrent callers build it once and a complete folder is reused as is.
+
+Configs that differ only in ``gamma`` share the encoded shards (same ``encoding_hash``): the
+second folder hard-links the first one's shards and writes its own ``preprocessor.json``
+(another short list) in well under a second, so ``gamma`` is searched over a continuous range.
 """
 
 from __future__ import annotations
@@ -232,6 +236,7 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
     return {
         "config": cfg.to_dict(),
         "config_hash": cfg.data_hash(),
+        "encoding_hash": cfg.encoding_hash(),
         "counts": counts,
         "preprocessor": "preprocessor.json",
         "splits": {split: split for split in SPLITS},
@@ -239,6 +244,48 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
         "files": files_written,
         "timings_s": timings,
     }
+
+
+def _encoding_sibling(output_root: Path, cfg: DataConfig) -> PreparedData | None:
+    """A complete folder under ``output_root`` whose shards this config can share (same
+    ``encoding_hash``: it differs at most in ``gamma``)."""
+    wanted = cfg.encoding_hash()
+    matches = []
+    for path in sorted(output_root.glob("*/manifest.json")):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a folder being replaced, or not ours: skip it
+            continue
+        if manifest.get("encoding_hash") == wanted:
+            matches.append(("derived_from" in manifest, path.parent))
+    return PreparedData.open(min(matches)[1]) if matches else None  # a built folder first
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)  # shards are never modified in place: sharing them is safe
+    except OSError:  # another filesystem, or no hard links there
+        shutil.copy2(source, target)
+
+
+def _derive(cfg: DataConfig, out: Path, sibling: PreparedData) -> dict:
+    """Write the folder of ``cfg`` into ``out`` from ``sibling`` (same encoding, other gamma):
+    hard-linked shards, the preprocessor with this gamma's short list, a new manifest.
+
+    A gamma search therefore preprocesses once per encoding, and gamma can be searched over a
+    continuous range. The result is the same as a full build (tested).
+    """
+    start = time.perf_counter()
+    manifest = sibling.manifest
+    for path in sorted(sibling.root.rglob("*.parquet")):
+        _link_or_copy(path, out / path.relative_to(sibling.root))
+    sibling.preprocessor.with_gamma(cfg.gamma).save(out / "preprocessor.json")
+    seconds = round(time.perf_counter() - start, 3)
+    return {**manifest, "config": cfg.to_dict(), "config_hash": cfg.data_hash(),
+            "encoding_hash": cfg.encoding_hash(),
+            "derived_from": manifest.get("derived_from", sibling.root.name),  # the folder that was built
+            "timings_s": {"derive_from_sibling": seconds, "build": seconds}}
 
 
 def format_summary(counts: dict) -> str:
@@ -298,7 +345,13 @@ def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> 
             tmp = output_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
             tmp.mkdir()
             try:
-                manifest = _build(cfg, tmp, progress)
+                sibling = _encoding_sibling(output_root, cfg)
+                if sibling is not None:
+                    print(f"prepare: {final.name} differs from {sibling.root.name} only in gamma: "
+                          f"sharing its shards, short list of gamma={cfg.gamma}")
+                    manifest = _derive(cfg, tmp, sibling)
+                else:
+                    manifest = _build(cfg, tmp, progress)
                 (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
                 if final.exists():  # an incomplete folder (no manifest) left by hand: replace it
                     shutil.rmtree(final)

@@ -22,9 +22,10 @@ A space file is a YAML mapping with three sections::
 
 Every error is raised here, before Ray starts: unknown keys (checked against JobConfig's dotted
 field paths), empty choices, values the field's type rejects, ``data.gamma`` outside (0, 1],
-negative ``data.bpe_merges``, continuous distributions over ``data.*`` keys (each distinct data
-setting is one preprocessing run, so data keys must be ``choice`` or ``grid``), and ``grid``
-with the Optuna searcher.
+negative ``data.bpe_merges``, continuous distributions over ``data.*`` keys other than
+``data.gamma`` (each distinct encoding setting is one preprocessing run, so those must be
+``choice`` or ``grid``; gamma only changes the short list, and a trial derives its folder from
+the prepared one in well under a second), and ``grid`` with the Optuna searcher.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from dynlm.config import Config, ConfigError, _parse_scalar
 
 DISTRIBUTIONS = ("choice", "grid", "uniform", "loguniform", "randint")
 DISCRETE = ("choice", "grid")
+# The one data key that may be continuous: it changes the short list, not the encoded shards
+# (pipelines.prepare derives a gamma's folder from a prepared sibling by hard links).
+CONTINUOUS_DATA_KEY = "data.gamma"
 
 
 class SearchSpaceError(ConfigError):
@@ -216,9 +220,10 @@ def _validate_entry(key: str, spec: Any, base: Any, paths: dict, searcher: str, 
             coerced.append(value)
         return {kind: coerced}
     # continuous / integer ranges
-    if key.startswith("data."):
+    if key.startswith("data.") and key != CONTINUOUS_DATA_KEY:
         raise SearchSpaceError(
-            f"{where}: data settings must use choice or grid (each distinct value is one preprocessing run), got {kind}")
+            f"{where}: data settings other than {CONTINUOUS_DATA_KEY} must use choice or grid "
+            f"(each distinct value is one preprocessing run), got {kind}")
     if searcher == "grid":
         raise SearchSpaceError(f"{where}: the grid searcher needs choice or grid values, got {kind}")
     number = _numeric_kind(paths[key])
@@ -367,12 +372,15 @@ def to_param_space(space: SearchSpace) -> dict[str, Any]:
 
 
 def data_configs(space: SearchSpace) -> list[Any]:
-    """Every distinct DataConfig a trial of this space can get (one preprocessing run each).
+    """Every distinct DataConfig of the discrete data settings (one preprocessing run each).
+
+    A continuous ``data.gamma`` keeps the base value here: each trial derives its own gamma's
+    folder from the prepared one (same encoding) when it starts.
 
     Returns:
         DataConfigs, unique by ``data_hash()``, in a deterministic order.
     """
-    data_keys = [k for k in space.search if k.startswith("data.")]
+    data_keys = [k for k in space.search if k.startswith("data.") and next(iter(space.search[k])) in DISCRETE]
     axes = [next(iter(space.search[k].values())) for k in data_keys]
     configs: dict[str, Any] = {}
     for combo in itertools.product(*axes):

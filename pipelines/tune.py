@@ -177,7 +177,7 @@ def train_driver_fn(config: dict, context: dict) -> None:
     trial_id = tune.get_context().get_trial_id()
     job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
     root = context["prepared"].get(job.data.data_hash())
-    if root is None:  # not enumerable up front: prepare here (locked, so once per config)
+    if root is None:  # a continuous gamma: derived from the prepared encoding (locked, < 1 s)
         from pipelines.prepare import prepare
 
         prepared = prepare(job.data, progress=False)

@@ -85,3 +85,13 @@ class DataConfig(Config):
         data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
         data["_data_format_version"] = DATA_FORMAT_VERSION
         return config_hash(data, length)
+
+    def encoding_hash(self, length: int = 16) -> str:
+        """Hash of the fields that change the encoded shards: ``data_hash`` without ``gamma``.
+
+        The short list only decides which words keep their own input embedding (applied in the
+        model's input layer), so folders that differ only in ``gamma`` share their shards.
+        """
+        data = {k: v for k, v in self.to_dict().items() if k not in (*_NOT_HASHED, "gamma")}
+        data["_data_format_version"] = DATA_FORMAT_VERSION
+        return config_hash(data, length)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dynlm.data.bpe import SubwordTokenizer
 from dynlm.data.config import DataConfig
-from dynlm.data.vocabulary import Vocabulary
+from dynlm.data.vocabulary import Vocabulary, shortlist_count
 from dynlm.vocab_spec import BOS_ID, EOS_ID, SPECIAL_WORDS, VocabSpec
 
 FORMAT_VERSION = 1
@@ -80,6 +80,16 @@ class Preprocessor:
         specials = list(SPECIAL_WORDS) + [f"<unk{k}>" for k in range(1, cfg.max_chains + 1)]
         subwords = SubwordTokenizer.train(counts, cfg.bpe_merges, special_tokens=specials)
         return cls(vocabulary, subwords, cfg.max_chains)
+
+    def with_gamma(self, gamma: float) -> "Preprocessor":
+        """The same preprocessor with the short list of ``gamma``.
+
+        Encoding does not change: word ids cover the whole vocabulary and the short list is
+        applied in the model's input layer (``shortlist_input_ids``).
+        """
+        words = self.vocabulary.words
+        vocabulary = Vocabulary(words, len(SPECIAL_WORDS) + shortlist_count(len(words), gamma))
+        return Preprocessor(vocabulary, self.subwords, self.max_chains)
 
     # -- encoding -------------------------------------------------------------------------
     is_entity_token = staticmethod(is_entity_token)

@@ -146,6 +146,28 @@ def test_second_call_reuses_the_folder(built, capsys):
     assert not list(built.root.parent.glob(".tmp-*"))
 
 
+def test_a_gamma_only_change_shares_the_shards_and_equals_a_full_build(built, tmp_path, capsys):
+    cfg = DataConfig.from_dict(built.manifest["config"]).replace(gamma=0.55)
+    started = time.perf_counter()
+    derived = prepare(cfg, progress=False)
+    assert time.perf_counter() - started < 5.0  # no Ray Data job
+    assert "only in gamma" in capsys.readouterr().out
+    assert derived.root.name == cfg.data_hash() != built.root.name
+    assert derived.manifest["derived_from"] == built.root.name
+    for name in _shard_bytes(built.root):  # the same files, hard-linked
+        assert (derived.root / name).stat().st_ino == (built.root / name).stat().st_ino
+    assert derived.spec.shortlist_size < built.spec.shortlist_size
+    assert derived.spec.replace(shortlist_size=built.spec.shortlist_size) == built.spec
+
+    full = prepare(cfg.replace(output_root=str(tmp_path / "full")), progress=False)  # no sibling there
+    assert "derived_from" not in full.manifest
+    assert _shard_bytes(full.root) == _shard_bytes(derived.root)
+    assert (full.root / "preprocessor.json").read_bytes() == (derived.root / "preprocessor.json").read_bytes()
+    for key in ("config_hash", "encoding_hash", "counts", "files", "splits"):
+        assert full.manifest[key] == derived.manifest[key], key
+    assert full.manifest["config"] == {**derived.manifest["config"], "output_root": str(tmp_path / "full")}
+
+
 def test_cli_build_into_another_root_is_byte_identical(built, corpus, tmp_path, capsys):
     args = ["prepare", "--input", str(corpus), "--output-root", str(tmp_path / "prepared_b"), "--no-progress"]
     args += [arg for key, value in SETTINGS.items() if key != "num_encode_actors" for arg in ("--set", f"{key}={value}")]

@@ -52,12 +52,22 @@ def test_quickstart_counts():
     assert space.max_epochs == 2
 
 
+def test_a_continuous_gamma_prepares_each_encoding_once():
+    space = from_mapping(_space({"data.gamma": {"uniform": [0.5, 1.0]}, "data.bpe_merges": {"grid": [0, 50]}}),
+                         source="t.yaml")
+    configs = data_configs(space)
+    assert sorted(c.bpe_merges for c in configs) == [0, 50]
+    assert {c.gamma for c in configs} == {space.base.data.gamma}  # the trials derive theirs
+    assert to_param_space(space)["data.gamma"].lower == 0.5
+
+
 def test_dntm_space_has_the_paper_axes():
     space = load_search_space(REPO / "tune_spaces" / "dntm.yaml")
     assert space.search["model.dntm.merge_fn"] == {"choice": ["max", "gru", "gru_relu", "latest", "attention"]}
     assert space.search["model.dntm.dynamic"] == {"choice": ["input", "output", "both"]}
     assert space.search["data.bpe_merges"] == {"choice": [0, 500, 1000, 5000, 20000]}
-    assert len(data_configs(space)) == 5 * 3
+    assert space.search["data.gamma"] == {"uniform": [0.5, 1.0]}
+    assert len(data_configs(space)) == 5  # one preprocessing run per merge count; gamma is derived
     assert space.tune.searcher == "optuna"
 
 
@@ -126,7 +136,9 @@ def test_field_paths_are_dotted_leaves():
     (_space({"data.gamma": {"choice": [0.0]}}), "data.gamma must be in (0, 1], got 0.0"),
     (_space({"data.bpe_merges": {"choice": [100, -1]}}), "data.bpe_merges must be a non-negative integer, got -1"),
     (_space({"model.dntm.merge_fn": {"choice": ["max", "mean"]}}), "value 'mean' rejected"),
-    (_space({"data.gamma": {"uniform": [0.5, 1.0]}}), "data settings must use choice or grid"),
+    (_space({"data.bpe_merges": {"randint": [0, 1000]}}), "data settings other than data.gamma must use choice or grid"),
+    (_space({"data.gamma": {"uniform": [0.5, 1.2]}}), "data.gamma must be in (0, 1], got 1.2"),
+    (_space({"data.gamma": {"uniform": [0.0, 1.0]}}), "data.gamma must be in (0, 1], got 0.0"),
     (_space({"train.lr": {"loguniform": [0.0, 1e-2]}}), "loguniform needs lo > 0"),
     (_space({"train.lr": {"uniform": [1e-2, 1e-3]}}), "needs lo < hi"),
     (_space({"train.lr": {"normal": [0, 1]}}), "unknown distribution 'normal'"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import signal
 import threading
@@ -102,16 +103,21 @@ def test_results_table_csv_and_plot(tmp_path):
 def test_four_trial_asha_search(ray_session, stale_ray_address_file, mlflow_uri, tmp_path, synth_dir):
     space = _space(tmp_path, synth_dir,
                    {"data.bpe_merges": {"grid": [0, 50]}, "model.dntm.merge_fn": {"choice": ["max", "latest"]},
-                    "train.lr": {"loguniform": [1e-3, 1e-2]}},
+                    "train.lr": {"loguniform": [1e-3, 1e-2]}, "data.gamma": {"uniform": [0.5, 1.0]}},
                    num_samples=2, searcher="random", scheduler="asha")
     assert space.expected_trials() == 4
     result = run_search(space, experiment="search4")
 
     assert not result.interrupted
-    # preprocessing: exactly one run per distinct data config, shared by the trials
+    # preprocessing: exactly one run per distinct encoding (bpe_merges), shared by the trials;
+    # each trial's continuous gamma got a folder derived from it (hard-linked shards)
     assert result.num_prepared == 2
-    folders = [p for p in (tmp_path / "prepared").iterdir() if (p / "manifest.json").is_file()]
-    assert len(folders) == 2
+    manifests = [json.loads((p / "manifest.json").read_text()) for p in (tmp_path / "prepared").iterdir()
+                 if (p / "manifest.json").is_file()]
+    built = {m["config_hash"] for m in manifests if "derived_from" not in m}
+    derived = [m for m in manifests if "derived_from" in m]
+    assert len(built) == 2 and len(derived) == 4 and {m["derived_from"] for m in derived} == built
+    assert sorted(m["config"]["gamma"] for m in derived) == sorted(t.params["data.gamma"] for t in result.trials)
     assert not [p for p in (tmp_path / "prepared").iterdir() if p.name.startswith(".tmp-")]
 
     assert len(result.trials) == 4

@@ -34,3 +34,12 @@ def test_split_is_deterministic_and_roughly_proportional():
     assert 150 < counts["valid"] < 250 and 330 < counts["test"] < 470
     assert splits != [assign_split(d, seed=1, valid_fraction=0.1, test_fraction=0.2) for d in ids]
     assert assign_split("x", seed=0, valid_fraction=0, test_fraction=0) == "train"
+
+
+def test_encoding_hash_is_the_data_hash_without_gamma():
+    cfg = DataConfig(inputs=["a.conll"], gamma=0.9)
+    other = cfg.replace(gamma=0.55)
+    assert cfg.data_hash() != other.data_hash()  # its own folder (its own short list) ...
+    assert cfg.encoding_hash() == other.encoding_hash()  # ... sharing the encoded shards
+    assert cfg.encoding_hash() != cfg.replace(bpe_merges=10).encoding_hash()
+    assert cfg.encoding_hash() == cfg.replace(output_root="/elsewhere").encoding_hash()

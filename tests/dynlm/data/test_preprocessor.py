@@ -39,6 +39,15 @@ def test_spec_and_exact_encoding():
     assert enc == pre.encode_document([["<unk1>", "sat", "on", "the", "mat"], ["the", "<unk3>"]])
 
 
+@pytest.mark.parametrize("gamma", [0.0, 0.2, 0.5, 0.8, 1.0])
+def test_with_gamma_equals_a_fit_with_that_gamma(gamma):
+    pre = fitted().with_gamma(gamma)
+    assert pre.to_dict() == fitted(gamma=gamma).to_dict()
+    assert pre.spec.shortlist_size == 4 + {0.0: 0, 0.2: 1, 0.5: 3, 0.8: 4, 1.0: 5}[gamma]
+    text = "<unk1> sat on the mat\n\nthe <unk3>"
+    assert pre.encode_text(text) == fitted().encode_text(text)  # the encoding does not depend on gamma
+
+
 def test_entity_helpers_and_errors():
     assert is_entity_token("<unk12>") and not is_entity_token("<unk>") and not is_entity_token("<unk0>")
     assert entity_index("<unk12>") == 12 and entity_index("cat") == 0
