@@ -17,57 +17,15 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-class GpuSampler:
-    """Samples device-wide GPU utilisation (%) every ``interval`` seconds in a thread."""
-
-    def __init__(self, interval: float = 0.5):
-        self.interval, self.samples = interval, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def read() -> float | None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=5, check=True).stdout
-            return statistics.mean(float(x) for x in out.split())
-        except (OSError, subprocess.SubprocessError, ValueError, statistics.StatisticsError):
-            pass
-        try:
-            import torch
-
-            return float(torch.cuda.utilization())
-        except Exception:  # no pynvml / no CUDA: utilisation is unknown, not zero
-            return None
-
-    def _run(self):
-        while not self._stop.wait(self.interval):
-            value = self.read()
-            if value is not None:
-                self.samples.append(value)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.mean(self.samples) if self.samples else None
+from scripts.gpu_sampler import GpuSampler  # noqa: E402
 
 
 def plain_loop(job, prepared, use_gpu: bool) -> list[float]:

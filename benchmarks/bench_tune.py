@@ -50,14 +50,15 @@ def main() -> None:
     from pipelines.train import run_training
     from pipelines.tune import prepare_all, run_search
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=args.num_cpus, include_dashboard=True, log_to_driver=False)
+    from pipelines.ray_env import init_ray
+
+    init_ray(num_cpus=args.num_cpus, include_dashboard=True, log_to_driver=False)  # a fresh local Ray
     write_conll(SynthConfig(num_documents=args.documents, docs_per_file=20), tmp / "synth")
     space = from_mapping({
         "base": {
             "data.inputs": [str(tmp / "synth")], "data.output_root": str(tmp / "prepared"),
             "data.vocab_size": 300, "data.max_chains": 20, "data.num_encode_actors": 1,
-            "model.embed_dim": 16, "model.hidden_dim": 16, "model.subword_dim": 8,
+            "model.embed_dim": 16, "model.hidden_dim": 16, "model.embedding": "word+subword", "model.subword_dim": 8,
             "train.epochs": args.epochs, "train.batch_size": 4, "train.early_stopping_patience": args.epochs,
             "run.num_workers": 1, "run.cpus_per_worker": args.cpus_per_worker, "run.max_failures": 0,
             "run.storage_path": str(tmp / "ray"),

@@ -258,6 +258,31 @@ def default_job() -> Any:
     return embedded_default()
 
 
+def _possible_values(space: SearchSpace, key: str) -> list[Any]:
+    spec = space.search.get(key)
+    if spec is None:
+        return [_get_dotted(space.base, key)]
+    (kind, values), = spec.items()
+    return list(values) if kind in DISCRETE else []  # [] = a range: not enumerated
+
+
+def _check_axes_matter(space: SearchSpace) -> None:
+    """Refuse a searched key that cannot change what any trial trains."""
+    if "data.bpe_merges" in space.search:
+        embeddings = _possible_values(space, "model.embedding")
+        if embeddings and all(e == "word" for e in embeddings):
+            raise SearchSpaceError(
+                f"{space.source}: data.bpe_merges is searched but model.embedding is 'word' in every "
+                "trial (no subwords): every merge count would train the same model. Set "
+                "model.embedding to subword or word+subword, or drop data.bpe_merges")
+    if "data.gamma" in space.search:
+        embeddings = _possible_values(space, "model.embedding")
+        if embeddings and all(e == "subword" for e in embeddings):
+            raise SearchSpaceError(
+                f"{space.source}: data.gamma (the word short list) is searched but model.embedding is "
+                "'subword' in every trial (no word embeddings): every gamma would train the same model")
+
+
 def from_mapping(raw: Any, *, overrides: list[str] | None = None, source: str = "<dict>",
                  base_job: Any = None) -> SearchSpace:
     """Validate a parsed space file.
@@ -316,6 +341,7 @@ def from_mapping(raw: Any, *, overrides: list[str] | None = None, source: str = 
     search = {key: _validate_entry(str(key), spec, base, paths, tune_settings.searcher, source)
               for key, spec in search_raw.items()}
     space = SearchSpace(base=base, search=search, tune=tune_settings, source=source)
+    _check_axes_matter(space)
     if tune_settings.scheduler == "asha" and tune_settings.grace_period > space.max_epochs:
         raise SearchSpaceError(
             f"{source}: tune.grace_period ({tune_settings.grace_period}) exceeds the epochs ({space.max_epochs})")

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import tempfile
-import threading
 import time
 
 import torch
@@ -33,36 +31,7 @@ from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.optim import build_optimizer
 from dynlm.training import TrainConfig, evaluate, set_seed, train_step
-
-
-class UtilizationSampler:
-    """Samples ``nvidia-smi`` GPU utilization every ``period`` seconds in a thread."""
-
-    def __init__(self, period: float = 0.5):
-        self.period, self.samples, self._stop = period, [], threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout
-                self.samples.append(float(out.split()[0]))
-            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-                pass
-            self._stop.wait(self.period)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples) if self.samples else float("nan")
+from scripts.gpu_sampler import GpuSampler
 
 
 def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
@@ -94,7 +63,7 @@ def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
         batches = [b.to(device) for b in batch_documents(rows, spec, train_cfg.batch_size, seed=epoch)]
         sync()
         start, tokens, losses = time.perf_counter(), 0, []
-        with UtilizationSampler() as util, autocast():
+        with GpuSampler() as util, autocast():
             for batch in batches:
                 out = train_step(ddp, batch, optimizer, train_cfg)
                 tokens += out["tokens"]
@@ -110,7 +79,7 @@ def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
             same = all(torch.equal(g, gathered[0]) for g in gathered)
             print(f"[{args.model}] epoch {epoch}: train loss {sum(losses) / len(losses):.3f}  valid ppl {valid['ppl']:.2f}  "
                   f"re-appearing ppl {valid['ppl_reappearing']:.2f}  {tokens * world / seconds:,.0f} train tokens/s "
-                  f"(world {world})  GPU util {util.mean:.0f}%  params equal across ranks: {same}", flush=True)
+                  f"(world {world})  GPU util {util.mean if util.mean is not None else float('nan'):.0f}%  params equal across ranks: {same}", flush=True)
     dist.destroy_process_group()
 
 

@@ -23,7 +23,8 @@ SPACE_FILES = sorted(p for p in (REPO / "tune_spaces").rglob("*") if p.suffix in
 
 
 def _space(search, tune=None, base=None):
-    return {"base": base or {}, "search": search, "tune": tune or {}}
+    # subwords on, so that searching bpe_merges is meaningful (a bad-space case checks the "word" refusal)
+    return {"base": {"model.embedding": "word+subword", **(base or {})}, "search": search, "tune": tune or {}}
 
 
 def test_space_files_exist():
@@ -139,6 +140,10 @@ def test_field_paths_are_dotted_leaves():
     (_space({"data.bpe_merges": {"randint": [0, 1000]}}), "data settings other than data.gamma must use choice or grid"),
     (_space({"data.gamma": {"uniform": [0.5, 1.2]}}), "data.gamma must be in (0, 1], got 1.2"),
     (_space({"data.gamma": {"uniform": [0.0, 1.0]}}), "data.gamma must be in (0, 1], got 0.0"),
+    (_space({"data.bpe_merges": {"grid": [0, 50]}}, base={"model.embedding": "word"}),
+     "every merge count would train the same model"),
+    (_space({"data.gamma": {"uniform": [0.5, 1.0]}}, base={"model.embedding": "subword"}),
+     "every gamma would train the same model"),
     (_space({"train.lr": {"loguniform": [0.0, 1e-2]}}), "loguniform needs lo > 0"),
     (_space({"train.lr": {"uniform": [1e-2, 1e-3]}}), "needs lo < hi"),
     (_space({"train.lr": {"normal": [0, 1]}}), "unknown distribution 'normal'"),

@@ -47,7 +47,7 @@ def _space(tmp_path, synth_dir, search, base=None, **tune):
         "base": {
             "data.inputs": [str(synth_dir)], "data.output_root": str(tmp_path / "prepared"),
             "data.vocab_size": 300, "data.max_chains": 20, "data.num_encode_actors": 1,
-            "model.embed_dim": 16, "model.hidden_dim": 16, "model.subword_dim": 8,
+            "model.embed_dim": 16, "model.hidden_dim": 16, "model.embedding": "word+subword", "model.subword_dim": 8,
             "train.epochs": 2, "train.batch_size": 4,
             "run.num_workers": 1, "run.cpus_per_worker": 0.4, "run.max_failures": 0,
             "run.storage_path": str(tmp_path / "ray"), **(base or {}),
