@@ -43,7 +43,8 @@ def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
         torch.cuda.set_device(rank)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)  # noqa: E731
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and cuda)
+    autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)  # noqa: E731
     from dynlm.data.prepared import PreparedData
 
     prepared = PreparedData.open(root)
@@ -90,13 +91,16 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--documents", type=int, default=600)
+    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"],
+                        help="autocast: auto = bf16 on CUDA, fp32 on CPU. A/B the bf16 divergence seen on an "
+                             "H200 (benchmarks/results/gpu_h200.md) with --precision fp32 vs bf16")
     args = parser.parse_args()
     if torch.cuda.is_available():
         world = torch.cuda.device_count()
         print(f"torch {torch.__version__}, {world} x {torch.cuda.get_device_name(0)}, NCCL {torch.cuda.nccl.version()}")
     else:  # a smoke test of the same path: 2 gloo processes on the CPU
         world = 2
-        print(f"torch {torch.__version__}, no CUDA: 2 gloo processes on the CPU, fp32")
+        print(f"torch {torch.__version__}, no CUDA: 2 gloo processes on the CPU, precision {args.precision}")
     with tempfile.TemporaryDirectory() as tmp:
         files = write_conll(SynthConfig.from_dict({"num_documents": args.documents, "seed": 0}), f"{tmp}/corpus")
         prepared = prepare_local(DataConfig.from_dict({"inputs": [str(f) for f in files], "bpe_merges": 200,

@@ -18,6 +18,9 @@ run() {  # run NAME SECONDS CMD...: each step has its own time limit and log
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, tokenizers, pyarrow, yaml; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 run ddp_nccl_bf16 75 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32
+# A/B of the bf16 divergence seen on the H200 (CPU bf16 autocast trains normally on this config)
+run ddp_nccl_fp32 75 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32 --precision fp32
+run rnn_bf16 60 python3 scripts/device_check.py --model rnn --epochs 3 --dim 256 --batch-size 32
 run bench_models 45 python3 benchmarks/bench_models.py --device cuda --threads 0 --embed-dim 256 --hidden-dim 256 --batch-size 32 --batches 4 --rounds 2
 run reproduce_dntm ${DNTM_LIMIT:-190} python3 benchmarks/reproduce_dntm.py --device cuda --data-dir "$DATA/litbank/conll" \
     --epochs ${DNTM_EPOCHS:-5} --batch-size 16 --embed-dim 128 --hidden-dim 256 --output "$OUT/dntm_litbank.md"
