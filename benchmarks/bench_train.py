@@ -70,7 +70,8 @@ def ray_train(job, prepared, num_workers: int, name: str) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--use-gpu", action="store_true")
-    parser.add_argument("--documents", type=int, default=200, help="synthetic documents")
+    parser.add_argument("--documents", type=int, default=1000,
+                        help="synthetic documents (small epochs measure the per-epoch ingest start-up instead)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=8, help="global batch (documents)")
     parser.add_argument("--hidden-dim", type=int, default=64)
