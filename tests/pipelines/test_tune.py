@@ -197,3 +197,34 @@ def test_interrupted_search_resumes_without_rerunning_finished_trials(ray_sessio
     assert len(finished_children) == 3  # one finished child per trial, none twice
     assert resumed.best is not None and resumed.registration is not None
     _wait_for_idle_cluster(ray_session)
+
+
+def test_runs_left_running_are_closed_by_what_happened_to_their_trial(mlflow_uri):
+    from types import SimpleNamespace
+
+    from pipelines.tune import close_ended_runs
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    experiment_id = client.create_experiment("close")
+    parent = client.create_run(experiment_id).info.run_id
+
+    def child() -> str:
+        return client.create_run(experiment_id, tags={"mlflow.parentRunId": parent}).info.run_id
+
+    errored, stopped, finished, earlier_attempt = child(), child(), child(), child()
+    client.set_terminated(finished, "FINISHED")
+    trials = [TrialSummary("t0", {}, "ERROR", float("nan"), 0, 1.0, errored, "RUNNING"),
+              TrialSummary("t1", {}, "TERMINATED", 40.0, 1, 2.0, stopped, "RUNNING"),
+              TrialSummary("t2", {}, "TERMINATED", 30.0, 2, 3.0, finished, "FINISHED")]
+    grid = [SimpleNamespace(error=RuntimeError("worker exploded")), SimpleNamespace(error=None),
+            SimpleNamespace(error=None)]  # what close_ended_runs reads from Tune's results
+    close_ended_runs(trials, grid, {"parent_run_id": parent}, mlflow_uri)
+
+    def status(run_id: str) -> str:
+        return client.get_run(run_id).info.status
+
+    assert status(errored) == "FAILED" and "worker exploded" in client.get_run(errored).data.tags["dynlm.error"]
+    assert status(stopped) == "KILLED" and "dynlm.stopped" in client.get_run(stopped).data.tags
+    assert status(finished) == "FINISHED"
+    assert status(earlier_attempt) == "KILLED"  # an attempt a restore re-ran
+    assert [t.run_status for t in trials] == ["FAILED", "KILLED", "FINISHED"]
