@@ -160,6 +160,18 @@ def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
     return job.replace(run=run)
 
 
+def _finished_run_of(trial_id: str, context: dict):
+    """The FINISHED child run of ``trial_id`` (a trial restored after an interrupt may already
+    have finished its training: Tune saved it as unfinished), or None."""
+    uri = context["base"]["run"]["tracking_uri"]  # set by _absolute_base
+    prefix = f"{context['experiment']}-{trial_id}-"
+    for run in _child_runs(context["parent_run_id"], uri):
+        if (run.info.run_name or "").startswith(prefix) and run.info.status == "FINISHED" \
+                and "best_valid_ppl" in run.data.metrics:
+            return run
+    return None
+
+
 def train_driver_fn(config: dict, context: dict) -> None:
     """Tune function trainable: one trial = one TorchTrainer (Ray Train V2) on prepared data.
 
@@ -175,6 +187,11 @@ def train_driver_fn(config: dict, context: dict) -> None:
     from pipelines.train import run_training
 
     trial_id = tune.get_context().get_trial_id()
+    done = _finished_run_of(trial_id, context)
+    if done is not None:  # finished while the driver was being interrupted: never train twice
+        print(f"[tune] trial {trial_id} already finished (MLflow run {done.info.run_id}); not re-run", flush=True)
+        tune.report({"valid_ppl": float(done.data.metrics["best_valid_ppl"]), "epoch": done.data.metrics.get("epochs_completed", 0)})
+        return
     job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
     root = context["prepared"].get(job.data.data_hash())
     if root is None:  # a continuous gamma: derived from the prepared encoding (locked, < 1 s)
