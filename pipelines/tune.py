@@ -190,7 +190,8 @@ def train_driver_fn(config: dict, context: dict) -> None:
     done = _finished_run_of(trial_id, context)
     if done is not None:  # finished while the driver was being interrupted: never train twice
         print(f"[tune] trial {trial_id} already finished (MLflow run {done.info.run_id}); not re-run", flush=True)
-        tune.report({"valid_ppl": float(done.data.metrics["best_valid_ppl"]), "epoch": done.data.metrics.get("epochs_completed", 0)})
+        metrics = done.data.metrics
+        tune.report({"valid_ppl": float(metrics["best_valid_ppl"]), "epoch": metrics.get("epochs_completed", 0)})
         return
     job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
     root = context["prepared"].get(job.data.data_hash())
