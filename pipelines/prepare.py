@@ -12,12 +12,18 @@ Stages (one Ray Dataset flows through them; raw text never comes back to the dri
 
 Output: ``<output_root>/<data_hash>/`` with ``train|valid|test/part-NNNNN.parquet``
 (ENCODED_SCHEMA), ``quarantine/part-00000.parquet``, ``preprocessor.json`` and, written last,
-``manifest.json``. The folder is built in a temporary folder and renamed into place under a
-file lock, so concurrent callers build it once and a complete folder is reused as is.
+``manifest.json``; a complete folder (one with a manifest) is reused as is. ``output_root`` is a
+local folder or a URI (``s3://bucket/prepared``, ``gs://...``, ``file:///...``):
+
+* local: built in a temporary folder and renamed into place under a file lock, so concurrent
+  callers build it once;
+* URI: built in a local temporary folder, then uploaded with ``manifest.json`` last (object
+  stores have neither rename nor lock; see :func:`_publish_uri` for why a race is harmless).
 
 Configs that differ only in ``gamma`` share the encoded shards (same ``encoding_hash``): the
-second folder hard-links the first one's shards and writes its own ``preprocessor.json``
-(another short list) in well under a second, so ``gamma`` is searched over a continuous range.
+second folder hard-links (URI: copies inside the store) the first one's shards and writes its own
+``preprocessor.json`` (another short list) in about a second, so ``gamma`` is searched over a
+continuous range.
 """
 
 from __future__ import annotations
@@ -25,18 +31,22 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import posixpath
 import shutil
+import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dynlm.data.config import DataConfig
-from dynlm.data.prepared import PreparedData
+from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared, is_uri, resolve
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.prepare_stages import DOC_STATS, EncodeDocuments, count_train_words, parse_files
@@ -55,12 +65,12 @@ class QuarantineError(RuntimeError):
         root: the prepared folder; its ``quarantine/`` Parquet lists file, doc_id, line, reason.
     """
 
-    def __init__(self, counts: dict, root: Path, examples: list[str]):
+    def __init__(self, counts: dict, root: Path | str, examples: list[str]):
         self.counts = counts
         self.root = root
         super().__init__(
             f"{counts['quarantined']} input record(s) quarantined (strict mode); see "
-            f"{root / 'quarantine'}. First: " + "; ".join(examples)
+            f"{root}/quarantine. First: " + "; ".join(examples)
         )
 
 
@@ -246,19 +256,33 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
     }
 
 
-def _encoding_sibling(output_root: Path, cfg: DataConfig) -> PreparedData | None:
+def prepared_root(output_root: str, name: str) -> Path | str:
+    """``<output_root>/<name>``: an absolute local Path, or a URI string for a URI output root."""
+    if is_uri(output_root):
+        return f"{output_root.rstrip('/')}/{name}"
+    return Path(output_root).expanduser().resolve() / name
+
+
+def _encoding_sibling(output_root: str, cfg: DataConfig) -> PreparedData | None:
     """A complete folder under ``output_root`` whose shards this config can share (same
-    ``encoding_hash``: it differs at most in ``gamma``)."""
+    ``encoding_hash``: it differs at most in ``gamma``). Listed through the filesystem, so a
+    URI root (``s3://...``) works like a local one."""
     wanted = cfg.encoding_hash()
+    filesystem, base = resolve(output_root)
     matches = []
-    for path in sorted(output_root.glob("*/manifest.json")):
+    for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+        if info.type != pafs.FileType.Directory or info.base_name.startswith("."):  # .tmp-* folders
+            continue
         try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # a folder being replaced, or not ours: skip it
+            with filesystem.open_input_stream(f"{info.path}/{MANIFEST}") as stream:
+                manifest = json.loads(stream.read())
+        except (OSError, ValueError):  # no manifest (incomplete), or not ours: skip it
             continue
         if manifest.get("encoding_hash") == wanted:
-            matches.append(("derived_from" in manifest, path.parent))
-    return PreparedData.open(min(matches)[1]) if matches else None  # a built folder first
+            matches.append(("derived_from" in manifest, info.base_name))
+    if not matches:
+        return None
+    return PreparedData.open(prepared_root(output_root, min(matches)[1]))  # a built folder first
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -269,23 +293,94 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _derive(cfg: DataConfig, out: Path, sibling: PreparedData) -> dict:
-    """Write the folder of ``cfg`` into ``out`` from ``sibling`` (same encoding, other gamma):
-    hard-linked shards, the preprocessor with this gamma's short list, a new manifest.
+# share(sibling, name): put the sibling's shard ``name`` (e.g. "train/part-00000.parquet") into
+# the folder being published (a hard link in the local temporary folder, or a server-side copy).
+Share = Callable[[PreparedData, str], None]
+
+
+def _derive(cfg: DataConfig, out: Path, sibling: PreparedData, share: Share) -> dict:
+    """Write the folder of ``cfg`` from ``sibling`` (same encoding, other gamma): shared shards,
+    the preprocessor with this gamma's short list (into ``out``), a new manifest.
 
     A gamma search therefore preprocesses once per encoding, and gamma can be searched over a
     continuous range. The result is the same as a full build (tested).
     """
     start = time.perf_counter()
     manifest = sibling.manifest
-    for path in sorted(sibling.root.rglob("*.parquet")):
-        _link_or_copy(path, out / path.relative_to(sibling.root))
+    for name in sibling.shard_names():
+        share(sibling, name)
     sibling.preprocessor.with_gamma(cfg.gamma).save(out / "preprocessor.json")
     seconds = round(time.perf_counter() - start, 3)
     return {**manifest, "config": cfg.to_dict(), "config_hash": cfg.data_hash(),
             "encoding_hash": cfg.encoding_hash(),
-            "derived_from": manifest.get("derived_from", sibling.root.name),  # the folder that was built
+            "derived_from": manifest.get("derived_from", posixpath.basename(sibling.path)),  # the built one
             "timings_s": {"derive_from_sibling": seconds, "build": seconds}}
+
+
+def _write_manifest(out: Path, manifest: dict) -> None:
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | None:
+    """Build into a temporary sibling folder of ``final``, then rename it into place, under a
+    file lock: concurrent callers build it once. None when it was complete (a concurrent build)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent callers with the same folder wait here
+        if (final / MANIFEST).exists():
+            return None
+        tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            manifest = make(tmp, lambda sibling, name: _link_or_copy(sibling.root / name, tmp / name))
+            _write_manifest(tmp, manifest)
+            if final.exists():  # an incomplete folder (no manifest) left by hand: replace it
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return manifest
+
+
+def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None:
+    """Build into a local temporary folder, then upload it to ``final`` (a URI), manifest.json last.
+
+    Object stores have no rename and no lock. Readers treat a folder without manifest.json as
+    incomplete, and the manifest is uploaded only after every other file, so nobody reads a
+    half-written folder. Two callers building the same config at once both upload; the output is
+    deterministic (byte-identical for the same config, tested), so the second upload rewrites
+    the same bytes and the race is harmless, only wasted work. None when it was complete.
+    """
+    filesystem, path = resolve(final)
+    if filesystem.get_file_info(f"{path}/{MANIFEST}").type == pafs.FileType.File:
+        return None
+
+    def share(sibling: PreparedData, name: str) -> None:  # same store: a server-side copy
+        filesystem.create_dir(posixpath.dirname(f"{path}/{name}"), recursive=True)
+        filesystem.copy_file(f"{sibling.path}/{name}", f"{path}/{name}")
+
+    with tempfile.TemporaryDirectory(prefix="dynlm-prepare-") as tmp:
+        out = Path(tmp)
+        manifest = make(out, share)
+        _write_manifest(out, manifest)
+        files = sorted((p for p in out.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, p))
+        for local in files:  # manifest.json last: it marks the folder complete
+            target = f"{path}/{local.relative_to(out).as_posix()}"
+            filesystem.create_dir(posixpath.dirname(target), recursive=True)
+            with filesystem.open_output_stream(target) as stream:
+                stream.write(local.read_bytes())
+    return manifest
+
+
+def publish(final: Path | str, make: Callable[[Path, Share], dict]) -> dict | None:
+    """Write the prepared folder ``final`` (a local Path or a URI string) once.
+
+    ``make(out, share)`` writes the files into ``out`` (an empty local folder) and returns the
+    manifest; ``share`` puts an existing folder's shard into ``final`` without copying it through
+    ``out``. Returns the manifest written, or None when ``final`` was already complete.
+    """
+    return _publish_uri(final, make) if is_uri(final) else _publish_local(Path(final), make)
 
 
 def format_summary(counts: dict) -> str:
@@ -315,6 +410,9 @@ def _check_strict(prepared: PreparedData, strict: bool) -> None:
 def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> PreparedData:
     """Prepare (or reuse) the data folder ``<cfg.output_root>/<cfg.data_hash()>/``.
 
+    ``cfg.output_root`` is a local folder or a filesystem URI (``s3://...``); the driver writes
+    it (Ray workers only read the inputs), so the driver needs the store's credentials.
+
     Args:
         cfg: the data config; ``output_root`` and ``num_encode_actors`` do not change the output.
         strict: raise :class:`QuarantineError` when any input record was quarantined (the
@@ -328,38 +426,26 @@ def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> 
         QuarantineError: strict and something was quarantined.
         FileNotFoundError / ValueError: missing inputs, no readable document, duplicate doc ids.
     """
-    output_root = Path(cfg.output_root).expanduser().resolve()
-    final = output_root / cfg.data_hash()
-    if (final / "manifest.json").exists():
+    final = prepared_root(cfg.output_root, cfg.data_hash())
+    if is_prepared(final):
         print(f"prepare: reusing {final} (complete; nothing recomputed)")
         prepared = PreparedData.open(final)
         _check_strict(prepared, strict)
         return prepared
 
-    output_root.mkdir(parents=True, exist_ok=True)
-    with open(output_root / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent callers with the same config wait here
-        if (final / "manifest.json").exists():
-            print(f"prepare: reusing {final} (built by a concurrent caller)")
-        else:
-            tmp = output_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-            tmp.mkdir()
-            try:
-                sibling = _encoding_sibling(output_root, cfg)
-                if sibling is not None:
-                    print(f"prepare: {final.name} differs from {sibling.root.name} only in gamma: "
-                          f"sharing its shards, short list of gamma={cfg.gamma}")
-                    manifest = _derive(cfg, tmp, sibling)
-                else:
-                    manifest = _build(cfg, tmp, progress)
-                (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-                if final.exists():  # an incomplete folder (no manifest) left by hand: replace it
-                    shutil.rmtree(final)
-                os.rename(tmp, final)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            print(f"prepare: wrote {final} in {manifest['timings_s']['build']:.1f} s")
+    def make(out: Path, share: Share) -> dict:
+        sibling = _encoding_sibling(cfg.output_root, cfg)
+        if sibling is None:
+            return _build(cfg, out, progress)
+        print(f"prepare: {cfg.data_hash()} differs from {posixpath.basename(sibling.path)} only in gamma: "
+              f"sharing its shards, short list of gamma={cfg.gamma}")
+        return _derive(cfg, out, sibling, share)
+
+    manifest = publish(final, make)
+    if manifest is None:
+        print(f"prepare: reusing {final} (built by a concurrent caller)")
+    else:
+        print(f"prepare: wrote {final} in {manifest['timings_s']['build']:.1f} s")
     prepared = PreparedData.open(final)
     print(format_summary(prepared.manifest["counts"]))
     _check_strict(prepared, strict)

@@ -44,7 +44,7 @@ import yaml
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
-from dynlm.data.prepared import PreparedData
+from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
@@ -173,9 +173,8 @@ def _sha256_files(paths: list[str]) -> str:
 
 def validation_hash(validation: str, data_cfg: DataConfig) -> str:
     """Identity of the fixed validation set (content, plus anonymization for raw documents)."""
-    root = Path(validation)
-    if (root / "manifest.json").is_file():
-        prepared = PreparedData.open(root)
+    if is_prepared(validation):  # a local folder or a URI
+        prepared = PreparedData.open(validation)
         return _sha256_files([str(p) for p in prepared.files("valid")])
     settings = {k: getattr(data_cfg, k) for k in ("format", "max_chains", "min_chain_mentions",
                                                   "too_many_chains", "lines_per_document")}
@@ -188,14 +187,14 @@ def validation_rows(validation: str, preprocessor: Preprocessor, data_cfg: DataC
     Raises:
         ValueError: a prepared folder encoded with another preprocessor, or no document.
     """
-    root = Path(validation)
-    if (root / "manifest.json").is_file():
-        prepared = PreparedData.open(root)
+    if is_prepared(validation):  # a local folder or a URI
+        prepared = PreparedData.open(validation)
         if prepared.preprocessor.to_dict() != preprocessor.to_dict():
-            raise ValueError(f"validation folder {root} was encoded with another preprocessor than "
+            raise ValueError(f"validation folder {validation} was encoded with another preprocessor than "
                              "the model's; give raw validation documents (files/folders) instead")
         rows = list(prepared.iter_rows("valid"))
     else:
+        root = Path(validation)
         rows = []
         for path in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
             for item in parse_file(path.read_bytes(), str(path), data_cfg.format,

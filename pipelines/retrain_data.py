@@ -15,13 +15,8 @@ files of DOCUMENT_SCHEMA rows (``doc_id, source_file, sentences, mentions``), no
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
-import os
-import shutil
 import time
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -171,28 +166,14 @@ def prepare_with_preprocessor(cfg: DataConfig, preprocessor: Preprocessor | None
         inputs_hash: content hash of the input files (:func:`file_listing`), part of the address.
 
     Returns:
-        The prepared folder (same layout as ``dynlm prepare``; manifest written last).
+        The prepared folder (same layout as ``dynlm prepare``; manifest written last), local or
+        at a URI ``output_root`` like :func:`pipelines.prepare.prepare`.
     """
     identity = {"data": cfg.data_hash(), "inputs": inputs_hash,
                 "preprocessor": hashlib.sha256(preprocessor.to_json().encode()).hexdigest()
                 if preprocessor is not None else "refit"}
-    output_root = Path(cfg.output_root).expanduser().resolve()
-    final = output_root / f"retrain-{config_hash(identity)}"
-    output_root.mkdir(parents=True, exist_ok=True)
-    with open(output_root / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent retrains of the same inputs build it once
-        if (final / "manifest.json").exists():
-            print(f"[retrain] reusing prepared {final}")
-        else:
-            tmp = output_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-            tmp.mkdir()
-            try:
-                manifest = _build(cfg, preprocessor, tmp, inputs_hash)
-                (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-                if final.exists():
-                    shutil.rmtree(final)
-                os.rename(tmp, final)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+    final = base.prepared_root(cfg.output_root, f"retrain-{config_hash(identity)}")
+    manifest = base.publish(final, lambda out, _share: _build(cfg, preprocessor, out, inputs_hash))
+    if manifest is None:  # concurrent retrains of the same inputs build it once
+        print(f"[retrain] reusing prepared {final}")
     return PreparedData.open(final)

@@ -188,11 +188,13 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     for start in range(0, len(params), _PARAM_BATCH):
         mlflow_client.log_batch(run_id, params=params[start:start + _PARAM_BATCH])
     mlflow_client.log_text(run_id, yaml.safe_dump(job.to_dict(), sort_keys=False), "config.yaml")
-    root = Path(prepared.root)
-    for name in ("preprocessor.json", "manifest.json"):
-        if not (root / name).is_file():
-            raise FileNotFoundError(f"{root / name} is missing: is {root} a complete prepared folder?")
-        mlflow_client.log_artifact(run_id, str(root / name), artifact_path="data")
+    for name in ("preprocessor.json", "manifest.json"):  # read through the filesystem: root may be a URI
+        try:
+            text = prepared.read_bytes(name).decode("utf-8")
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{prepared.root}/{name} is missing: is {prepared.root} a complete "
+                                    "prepared folder?") from exc
+        mlflow_client.log_text(run_id, text, f"data/{name}")
     return run_id
 
 
@@ -286,8 +288,10 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     log_epoch_metrics(run_id, len(history), final, tracking_uri=uri)
 
     model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))
-    model_uri = log_pyfunc_model(run_id, model, model_cfg, spec,
-                                 Path(prepared.root) / "preprocessor.json", tracking_uri=uri)
+    with tempfile.TemporaryDirectory() as tmp:  # a local copy: the prepared root may be a URI
+        preprocessor_path = Path(tmp) / "preprocessor.json"
+        preprocessor_path.write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
+        model_uri = log_pyfunc_model(run_id, model, model_cfg, spec, preprocessor_path, tracking_uri=uri)
     mlflow_client.set_tag(run_id, TAG_MODEL_URI, model_uri)
     mlflow_client.set_terminated(run_id, status)
     return model_uri

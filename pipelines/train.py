@@ -40,7 +40,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import tempfile
 import time
 from contextlib import nullcontext
@@ -55,7 +54,7 @@ from dynlm import checkpoint as dynlm_checkpoint
 from dynlm.distributed import EveryParameterUsed
 from dynlm.config import Config
 from dynlm.data.batching import DocumentBatch, SentenceBatch, batch_documents, collate_documents
-from dynlm.data.prepared import PreparedData
+from dynlm.data.prepared import PreparedData, is_uri
 from dynlm.models import build_model
 from dynlm.metrics import MetricAccumulator
 from dynlm.optim import LRSchedule, build_optimizer
@@ -322,7 +321,7 @@ def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec: VocabSpec
 
 def _save_checkpoint(folder: Path, model, job: JobConfig, prepared: PreparedData, extra: dict) -> None:
     dynlm_checkpoint.save(folder / CHECKPOINT_FILE, model, job.model, prepared.spec, extra=extra)
-    shutil.copyfile(Path(prepared.root) / prepared.manifest["preprocessor"], folder / "preprocessor.json")
+    (folder / "preprocessor.json").write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
 
 
 def train_fn_per_worker(config: dict) -> dict | None:
@@ -462,12 +461,9 @@ def estimate_total_steps(prepared: PreparedData, cfg, world_size: int) -> int:
     global batches; each lockstep batch takes ceil(longest / bptt_sentences) steps.
     """
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    counts: list[int] = []
-    for path in prepared.files("train"):
-        column = pq.read_table(path, columns=["sentence_lengths"]).column("sentence_lengths")
-        counts.extend(pc.list_value_length(column).to_pylist())
+    column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
+    counts: list[int] = pc.list_value_length(column).to_pylist()  # sentences per document
     if not counts:
         raise ValueError(f"{prepared.root}: the train split holds no documents")
     counts.sort()
@@ -551,7 +547,8 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
         from ray.tune.integration.ray_train import TuneReportCallback
 
         callbacks.append(TuneReportCallback())
-    train_data = ray.data.read_parquet([str(p) for p in prepared.files("train")])
+    # local paths or URIs; the filesystem carries the store's settings (endpoint, region)
+    train_data = ray.data.read_parquet([str(p) for p in prepared.files("train")], filesystem=prepared.filesystem)
     train_data.context.enable_progress_bars = False  # one bar per worker per epoch is noise
     resources = {"CPU": run.cpus_per_worker}
     if run.use_gpu:
@@ -617,8 +614,9 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         run_id = tracking.start_training_run(job, prepared, parent_run_id=parent_run_id, run_name=name)
         _write_run_info(run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "data_hash": job.data.data_hash(), "job": job.to_dict()})
+    root = str(prepared.root) if is_uri(prepared.root) else prepared.path  # a URI, or an absolute path
     settings = WorkerSettings(
-        job=job.to_dict(), prepared_root=str(Path(prepared.root).resolve()), run_dir=run_dir,
+        job=job.to_dict(), prepared_root=root, run_dir=run_dir,
         mlflow_run_id=run_id, tracking_uri=uri, num_train_documents=prepared.num_documents("train"),
         total_steps=estimate_total_steps(prepared, job.train, job.run.num_workers)
         if job.train.lr_schedule == "cosine" else 1)

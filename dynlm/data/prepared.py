@@ -6,6 +6,10 @@ Layout (docs/ARCHITECTURE.md)::
     <root>/preprocessor.json   the Preprocessor artifact
     <root>/<split>/*.parquet   ENCODED_SCHEMA rows
     <root>/quarantine/*.parquet QUARANTINE_SCHEMA rows
+
+``root`` is a local folder or a URI of any filesystem pyarrow knows (``s3://bucket/prepared/<hash>``,
+``gs://...``, ``file:///...``); every read goes through that ``pyarrow.fs`` filesystem. A folder
+without manifest.json is incomplete (the manifest is always written last).
 """
 
 from __future__ import annotations
@@ -14,75 +18,142 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dynlm.data.preprocessor import Preprocessor
+from dynlm.data.schema import ENCODED_SCHEMA
 from dynlm.vocab_spec import VocabSpec
 
 SPLITS = ("train", "valid", "test")
 MANIFEST = "manifest.json"
 
 
+def is_uri(root: str | Path) -> bool:
+    """True for ``scheme://...`` (object stores, ``file://``); False for a local path."""
+    return "://" in str(root)
+
+
+def resolve(root: str | Path) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path inside it)`` of a local path (made absolute) or a URI."""
+    if is_uri(root):
+        return pafs.FileSystem.from_uri(str(root).rstrip("/"))
+    return pafs.LocalFileSystem(), str(Path(root).expanduser().resolve())
+
+
+def is_prepared(root: str | Path) -> bool:
+    """Whether ``root`` holds a manifest.json (a complete prepared folder)."""
+    try:
+        filesystem, path = resolve(root)
+    except (OSError, ValueError):  # an unknown scheme, or a bucket that cannot be reached
+        return False
+    return filesystem.get_file_info(f"{path}/{MANIFEST}").type == pafs.FileType.File
+
+
 class PreparedData:
     """A prepared folder: manifest, preprocessor and the Parquet shards of each split.
 
-    Build with :meth:`open`.
+    Build with :meth:`open`. ``root`` is what was opened (a ``Path``, or the URI string);
+    ``filesystem`` + ``path`` address it for pyarrow (``path`` is inside ``filesystem``).
     """
 
-    def __init__(self, root: Path, manifest: dict, preprocessor: Preprocessor):
+    def __init__(self, root: Path | str, manifest: dict, preprocessor: Preprocessor,
+                 filesystem: pafs.FileSystem | None = None, path: str | None = None):
         self.root = root
         self.manifest = manifest
         self.preprocessor = preprocessor
+        if filesystem is None:
+            filesystem, path = resolve(root)
+        self.filesystem = filesystem
+        self.path = path
 
     @classmethod
     def open(cls, root: str | Path) -> "PreparedData":
-        """Open ``root`` (the folder holding manifest.json).
+        """Open ``root`` (the folder holding manifest.json): a local path or a URI.
 
         Raises:
             FileNotFoundError: no manifest.json (the folder was not prepared, or not finished).
             ValueError: the manifest lacks a required key.
         """
-        root = Path(root)
-        manifest_path = root / MANIFEST
-        if not manifest_path.is_file():
-            raise FileNotFoundError(f"{manifest_path} not found: {root} is not a prepared data folder")
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        root = root.rstrip("/") if is_uri(root) else Path(root)
+        filesystem, path = resolve(root)
+        if filesystem.get_file_info(f"{path}/{MANIFEST}").type != pafs.FileType.File:
+            raise FileNotFoundError(f"{root}/{MANIFEST} not found: {root} is not a prepared data folder")
+        manifest = json.loads(cls._read(filesystem, f"{path}/{MANIFEST}"))
         missing = [k for k in ("preprocessor", "splits") if k not in manifest]
         if missing:
-            raise ValueError(f"{manifest_path}: missing keys {missing}")
-        preprocessor = Preprocessor.load(root / manifest["preprocessor"])
-        return cls(root, manifest, preprocessor)
+            raise ValueError(f"{root}/{MANIFEST}: missing keys {missing}")
+        preprocessor = Preprocessor.from_json(cls._read(filesystem, f"{path}/{manifest['preprocessor']}").decode())
+        return cls(root, manifest, preprocessor, filesystem, path)
+
+    @staticmethod
+    def _read(filesystem: pafs.FileSystem, path: str) -> bytes:
+        with filesystem.open_input_stream(path) as stream:
+            return stream.read()
+
+    def read_bytes(self, name: str) -> bytes:
+        """The bytes of the file ``<root>/<name>`` (e.g. ``"preprocessor.json"``)."""
+        return self._read(self.filesystem, f"{self.path}/{name}")
 
     @property
     def spec(self) -> VocabSpec:
         return self.preprocessor.spec
 
-    def _folder(self, split: str) -> Path:
+    def _display(self, relative: str) -> Path | str:
+        """``<root>/<relative>`` as the caller named root: a Path, or a URI string."""
+        return self.root / relative if isinstance(self.root, Path) else f"{self.root}/{relative}"
+
+    def _parquet(self, folder: str) -> list[str]:
+        """Names (relative to root) of the ``*.parquet`` files of ``folder``, sorted."""
+        selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True)
+        infos = self.filesystem.get_file_info(selector)
+        return sorted(f"{folder}/{i.base_name}" for i in infos
+                      if i.type == pafs.FileType.File and i.base_name.endswith(".parquet"))
+
+    def shard_names(self) -> list[str]:
+        """Every Parquet file of the folder (splits and quarantine), relative to root, sorted."""
+        folders = {*self.manifest["splits"].values(), self.manifest.get("quarantine", "quarantine")}
+        return sorted(name for folder in folders for name in self._parquet(folder))
+
+    def _folder(self, split: str) -> str:
         splits = self.manifest["splits"]
         if split not in splits:
             raise KeyError(f"unknown split {split!r}; this folder has {sorted(splits)}")
-        return self.root / splits[split]
+        return splits[split]
 
-    def files(self, split: str) -> list[Path]:
-        """The split's Parquet files, sorted by name (empty when the split has no documents)."""
-        folder = self._folder(split)
-        return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    def files(self, split: str) -> list[Path] | list[str]:
+        """The split's Parquet files, sorted by name (empty when the split has no documents).
+
+        Paths for a local root, URIs for a URI root: both go to ``ray.data.read_parquet``
+        (with ``filesystem=self.filesystem`` for stores whose settings are not in the URI).
+        """
+        return [self._display(name) for name in self._parquet(self._folder(split))]
+
+    def _tables(self, folder: str) -> Iterator[pq.ParquetFile]:
+        """The Parquet files of ``folder`` in name order, each open while the caller reads it."""
+        for name in self._parquet(folder):
+            with self.filesystem.open_input_file(f"{self.path}/{name}") as handle:
+                yield pq.ParquetFile(handle)
 
     def iter_rows(self, split: str, batch_size: int = 256) -> Iterator[dict]:
         """Encoded documents of a split as dicts of python lists, in file order."""
-        for path in self.files(split):
-            parquet = pq.ParquetFile(path)
+        for parquet in self._tables(self._folder(split)):
             for batch in parquet.iter_batches(batch_size=batch_size):
                 yield from batch.to_pylist()
 
+    def read_columns(self, split: str, columns: list[str]) -> pa.Table:
+        """Some columns of a whole split, in file order (e.g. ``["sentence_lengths"]``)."""
+        tables = [parquet.read(columns=columns) for parquet in self._tables(self._folder(split))]
+        return pa.concat_tables(tables) if tables else ENCODED_SCHEMA.empty_table().select(columns)
+
     def num_documents(self, split: str) -> int:
         """Number of documents of a split (from the Parquet metadata, no data read)."""
-        return sum(pq.ParquetFile(path).metadata.num_rows for path in self.files(split))
+        return sum(parquet.metadata.num_rows for parquet in self._tables(self._folder(split)))
 
     def quarantine_rows(self) -> list[dict]:
         """All quarantined records (QUARANTINE_SCHEMA rows)."""
-        folder = self.root / self.manifest.get("quarantine", "quarantine")
         rows: list[dict] = []
-        for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            rows.extend(pq.read_table(path).to_pylist())
+        for parquet in self._tables(self.manifest.get("quarantine", "quarantine")):
+            rows.extend(parquet.read().to_pylist())
         return rows

@@ -85,7 +85,9 @@ def load_any_model(model: str, tracking_uri: str | None = None):
 
 
 def is_prepared_folder(paths: list[str]) -> bool:
-    return len(paths) == 1 and (Path(paths[0]) / "manifest.json").is_file()
+    from dynlm.data.prepared import is_prepared
+
+    return len(paths) == 1 and is_prepared(paths[0])  # a local folder or a URI
 
 
 def open_prepared(root: str, spec, preprocessor):

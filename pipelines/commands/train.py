@@ -78,13 +78,15 @@ def run_local(job) -> int:
     import torch
 
     from dynlm import checkpoint
-    from dynlm.data.prepared import PreparedData
+    from dynlm.data.prepared import PreparedData, is_prepared
     from dynlm.models import build_model
     from dynlm.training import fit, set_seed
     from pipelines.train import SORT_BUFFER_BATCHES, iter_document_batches
 
-    root = Path(job.data.output_root).expanduser().resolve() / job.data.data_hash()
-    if (root / "manifest.json").exists():
+    from pipelines.prepare import prepared_root
+
+    root = prepared_root(job.data.output_root, job.data.data_hash())  # a local Path or a URI
+    if is_prepared(root):
         prepared = PreparedData.open(root)
     else:  # preparing needs Ray Data
         from pipelines.prepare import prepare

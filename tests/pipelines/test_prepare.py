@@ -1,7 +1,8 @@
 """The Ray Data preprocessing job on real Ray (the session's local cluster) and real Parquet.
 
 Each prepare() build is a few Ray Data jobs (seconds each on 2 cores), so the tests share builds:
-one synthetic corpus (with a malformed file) built twice (API, then CLI into another root).
+one synthetic corpus (with a malformed file) built twice (API, then CLI into another root),
+then once more per URI output root (file://, and s3:// on a local moto server when installed).
 """
 
 from __future__ import annotations
@@ -196,3 +197,79 @@ def test_litbank(ray_session, litbank_dir, tmp_path):
     row = next(prepared.iter_rows("valid"))
     assert len(row["word_ids"]) == row["num_tokens"] == sum(row["sentence_lengths"])
     assert max(row["entity_ids"]) <= cfg.max_chains and max(row["entity_ids"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Output to a filesystem URI: file:// (pyarrow's LocalFileSystem) and s3:// (a local moto server)
+# ---------------------------------------------------------------------------------------------
+
+
+def _uri_bytes(prepared: PreparedData) -> dict[str, bytes]:
+    """Shards of a (URI) prepared folder, read through its filesystem: {"train/part-00000.parquet": bytes}."""
+    return {name: prepared.read_bytes(name) for name in prepared.shard_names()}
+
+
+def _check_uri_output(built: PreparedData, output_root: str, capsys) -> PreparedData:
+    """Build into ``output_root`` (a URI): byte-identical to the local build, reused, and a
+    gamma-only change derived from it inside the store."""
+    cfg = DataConfig.from_dict(built.manifest["config"]).replace(output_root=output_root)
+    capsys.readouterr()
+    remote = prepare(cfg, progress=False)
+    assert f"prepare: wrote {output_root}/{built.root.name}" in capsys.readouterr().out
+    assert remote.root == f"{output_root}/{built.root.name}" and isinstance(remote.root, str)
+    assert all(f.startswith(f"{remote.root}/train/") for f in remote.files("train"))
+    assert _uri_bytes(remote) == _shard_bytes(built.root)
+    assert remote.read_bytes("preprocessor.json") == (built.root / "preprocessor.json").read_bytes()
+    for key in ("config_hash", "encoding_hash", "counts", "files", "splits"):
+        assert remote.manifest[key] == built.manifest[key], key
+    assert remote.quarantine_rows() == built.quarantine_rows()
+    assert list(remote.iter_rows("valid")) == list(built.iter_rows("valid"))
+
+    again = prepare(cfg.replace(num_encode_actors=1), progress=False)
+    assert again.root == remote.root and again.manifest == remote.manifest
+    assert "reusing" in capsys.readouterr().out
+    with pytest.raises(QuarantineError, match=f"see {remote.root}/quarantine"):
+        prepare(cfg, strict=True, progress=False)
+
+    derived = prepare(cfg.replace(gamma=0.55), progress=False)
+    assert set(derived.manifest["timings_s"]) == {"derive_from_sibling", "build"}  # no Ray Data job
+    assert "only in gamma" in capsys.readouterr().out
+    assert derived.root == f"{output_root}/{cfg.replace(gamma=0.55).data_hash()}"
+    assert derived.manifest["derived_from"] == built.root.name
+    assert _uri_bytes(derived) == _uri_bytes(remote)
+    assert derived.preprocessor.to_dict() == built.preprocessor.with_gamma(0.55).to_dict()
+    assert derived.spec.shortlist_size < remote.spec.shortlist_size
+    return remote
+
+
+def test_prepare_into_a_file_uri(built, tmp_path, capsys):
+    remote = _check_uri_output(built, f"file://{tmp_path}/prepared", capsys)
+    assert not list(tmp_path.glob("prepared/.*"))  # no lock or temporary folder in the store
+    import ray.data
+
+    # what train.build_trainer does: Ray Data reads the URIs, the filesystem travels with them
+    read = ray.data.read_parquet(remote.files("train"), filesystem=remote.filesystem)
+    assert read.count() == remote.num_documents("train") == built.num_documents("train")
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """A moto S3 server on 127.0.0.1 with an empty bucket; pyarrow reaches it through the AWS
+    environment variables (the driver writes the prepared folder, Ray workers never do)."""
+    server_module = pytest.importorskip("moto.server", reason="moto[server] not installed (dev extra)")
+    boto3 = pytest.importorskip("boto3")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3").create_bucket(Bucket="dynlm")
+    yield "s3://dynlm/prepared"
+    server.stop()
+
+
+def test_prepare_into_s3(built, s3_bucket, capsys):
+    remote = _check_uri_output(built, s3_bucket, capsys)
+    assert remote.filesystem.type_name == "s3"

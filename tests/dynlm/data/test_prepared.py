@@ -7,7 +7,7 @@ import pytest
 
 from dynlm.data.config import DataConfig
 from dynlm.data.local_prepare import prepare_local
-from dynlm.data.prepared import PreparedData
+from dynlm.data.prepared import PreparedData, is_prepared, is_uri
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.synth import SynthConfig, write_conll
 
@@ -40,3 +40,34 @@ def test_prepare_local_and_read_back(tmp_path):
 def test_open_requires_manifest(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a prepared data folder"):
         PreparedData.open(tmp_path)
+
+
+def test_open_a_uri_root_reads_through_the_filesystem(tmp_path):
+    """A ``file://`` URI root (pyarrow's LocalFileSystem behind a URI, like s3:// or gs://)
+    reads exactly what the local path reads; files() are URIs, usable by pyarrow and Ray Data."""
+    write_conll(SynthConfig(num_documents=30, docs_per_file=10), tmp_path / "raw")
+    (tmp_path / "raw" / "broken.conll").write_text("#begin document (broken); part 0\n\n#end document\n")
+    cfg = DataConfig(inputs=[str(tmp_path / "raw")], output_root=str(tmp_path / "out"),
+                     vocab_size=100, bpe_merges=50, max_chains=6, valid_fraction=0.2, test_fraction=0.2)
+    local = prepare_local(cfg)
+    uri = f"file://{local.root}/"  # a trailing slash is dropped
+    assert is_uri(uri) and not is_uri(local.root)
+    assert is_prepared(uri) and is_prepared(local.root) and not is_prepared(f"file://{tmp_path}")
+    data = PreparedData.open(uri)
+    assert data.root == uri.rstrip("/") and data.path == str(local.root)
+    assert data.manifest == local.manifest and data.preprocessor.to_dict() == local.preprocessor.to_dict()
+    for split in ("train", "valid", "test"):
+        files = data.files(split)
+        assert files == [f"{data.root}/{split}/{p.name}" for p in local.files(split)]
+        assert pq.read_schema(files[0]).equals(ENCODED_SCHEMA)  # pyarrow resolves the URI itself
+        assert list(data.iter_rows(split, batch_size=3)) == list(local.iter_rows(split))
+        assert data.num_documents(split) == local.num_documents(split) > 0
+        assert data.read_columns(split, ["doc_id"]).column("doc_id").to_pylist() == [
+            row["doc_id"] for row in local.iter_rows(split)]
+    assert data.quarantine_rows() == local.quarantine_rows() and len(data.quarantine_rows()) == 1
+    assert data.shard_names() == local.shard_names() == [
+        "quarantine/part-00000.parquet", "test/part-00000.parquet", "train/part-00000.parquet",
+        "valid/part-00000.parquet"]
+    assert data.read_bytes("preprocessor.json") == (local.root / "preprocessor.json").read_bytes()
+    with pytest.raises(FileNotFoundError, match="not a prepared data folder"):
+        PreparedData.open(f"file://{tmp_path}")
