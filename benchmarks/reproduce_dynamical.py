@@ -5,11 +5,14 @@ dynamical LM (Wolf et al., 2018), with one budget, in one run.
     python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
         --vocab-size 33000 --hidden 256 --static-epochs 6 --meta-steps 600
 
-Articles (level-1 headings) are documents. (a) an LSTM LM trained on the first
-``--train-articles`` training articles; (b) the same weights with dynamic evaluation, eta and
-lambda picked on validation over a small grid; (c) a DynamicalLM whose theta starts from (a),
-then theta and phi are meta-trained for ``--meta-steps`` document batches. Validation/test use
-the first ``--eval-articles`` articles of each split. Writes benchmarks/results/dynamical_wikitext2.md.
+Articles (level-1 headings) are documents. An LSTM LM is trained on the first
+``--train-articles`` training articles for ``--static-epochs`` epochs (theta_0). (c) a DynamicalLM
+whose theta starts from theta_0, then theta and phi are meta-trained for ``--meta-steps``
+document batches (theta at lr 3e-4). So that all three share one theta training budget, (a) is
+theta_0 trained further on theta alone for the same ``--meta-steps`` batches (same batches, same
+lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a)'s weights with dynamic evaluation,
+eta and lambda picked on validation over a small grid. Validation/test use the first
+``--eval-articles`` articles of each split. Writes benchmarks/results/dynamical_wikitext2.md.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dynlm.training import TrainConfig, evaluate, fit, train_step
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
+META_THETA_LR = 3e-4  # theta's lr during meta-training (c), and in (a)'s matching extra training
 
 
 def read_articles(split: str, limit: int, data_dir: Path = DATA) -> list[dict]:
@@ -99,13 +103,31 @@ def main(argv: list[str] | None = None) -> int:
               for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))}
     print(f"data: {tokens} target tokens, vocab {spec.output_size}", flush=True)
 
-    # (a) static LM
+    meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
+
+    def extra_training(model, optimizer, cfg):
+        """``--meta-steps`` more document batches (epoch seeds 100, 101, ...), one train_step each."""
+        nonlocal meta_batches
+        step, epoch = 0, 0
+        while step < args.meta_steps:
+            for batch in train_batches(100 + epoch):
+                train_step(model, batch, optimizer, cfg)
+                step += 1
+                if step >= args.meta_steps:
+                    break
+            epoch += 1
+        meta_batches = step
+
+    # (a) static LM: theta_0 after fit, then the extra batches on theta alone (the budget (c) gets)
     model_cfg = ModelConfig.from_dict(dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden,
                                            num_layers=1, dropout=0.2, embedding="word"))
     static = RNNLM(model_cfg, spec).to(device)
     train_cfg = TrainConfig(lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
                             early_stopping_patience=0)
     fit(static, train_batches, lambda: valid, train_cfg)
+    theta_0 = copy.deepcopy(static.state_dict())  # (c) starts here
+    meta_cfg = train_cfg.replace(bptt_sentences=2)
+    extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg)
     results = {}
     results["static"] = [timed_eval(lambda: evaluate(static, valid)), timed_eval(lambda: evaluate(static, test))]
     print("static", results["static"], flush=True)
@@ -122,22 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                           timed_eval(lambda: dynamic_evaluate(static, test, best_cfg, stats))]
     print("dyneval", results["dyneval"], flush=True)
 
-    # (c) meta-learned dynamical LM, theta from (a)
+    # (c) meta-learned dynamical LM, theta from theta_0 (before (a)'s extra batches)
     dyn_cfg = model_cfg.replace(type="dynamical", dynamical=dict(
         fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
         input_gate_bias=-3.0, forget_gate_bias=3.0, meta_lr=3e-3))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
-    dynamical.lm.load_state_dict(copy.deepcopy(static.state_dict()))
-    optimizer = torch.optim.Adam(dynamical.param_groups(3e-4))
-    meta_cfg = train_cfg.replace(bptt_sentences=2)
-    step, epoch = 0, 0
-    while step < args.meta_steps:
-        for batch in train_batches(100 + epoch):
-            train_step(dynamical, batch, optimizer, meta_cfg)
-            step += 1
-            if step >= args.meta_steps:
-                break
-        epoch += 1
+    dynamical.lm.load_state_dict(theta_0)
+    extra_training(dynamical, torch.optim.Adam(dynamical.param_groups(META_THETA_LR)), meta_cfg)
     results["dynamical"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
     print("dynamical", results["dynamical"], flush=True)
     total = time.perf_counter() - t_start
@@ -152,9 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Budget: first {args.train_articles} train articles, first {args.eval_articles} valid / test articles, "
         f"each cut to its first {args.max_lines or 'all'} paragraphs; target tokens {tokens}; vocabulary "
         f"{spec.output_size} (words off the {args.vocab_size}-word list are `<unk>`). LSTM 1x{args.hidden}, "
-        f"{args.static_epochs} epochs (a); (c) starts from (a) and meta-trains theta (lr 3e-4) and phi "
-        f"(lr 3e-3) for {args.meta_steps} batches of {args.batch_size} articles; fast output layer, "
-        f"segment {args.segment_len} tokens, K={args.unroll_steps}. Dynamic evaluation (b): "
+        f"{args.static_epochs} epochs (lr 3e-3) give theta_0. Same theta budget for all three: (c) starts "
+        f"from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr 3e-3) for {meta_batches} "
+        f"batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the same "
+        f"{meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
+        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}. "
+        f"Dynamic evaluation (b): "
         f"eta x lambda grid {{3e-4, 1e-3, 3e-3}} x {{0, 0.01}} on validation, best eta={best_cfg.lr}, "
         f"lambda={best_cfg.decay}, segment {best_cfg.segment_len}; RMS statistics from 4 train batches.",
         "",

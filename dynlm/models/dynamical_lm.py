@@ -11,8 +11,12 @@ An :class:`~dynlm.models.rnn_lm.RNNLM` whose weights in use are ``theta + theta_
   short-term memory).
 
 Which tensors get a fast part is ``cfg.dynamical.fast_params``: ``output`` (decoder weight and
-bias, batched with ``baddbmm``), ``embedding`` (the word table, needs ``embedding="word"``),
-``recurrent`` (``weight_hh`` of every layer; runs a Python loop over positions, slower).
+bias), ``embedding`` (the word table, needs ``embedding="word"``), ``recurrent`` (``weight_hh``
+of every layer). The output layer and the embedding run the static modules with weights
+``theta + theta_hat[b]`` through ``torch.func.functional_call`` vectorized over documents with
+``torch.func.vmap`` (:func:`dynlm.modules.fast_weights.per_document_call`); the module
+parameters themselves are never replaced. The recurrent layers use explicit batched LSTM/GRU
+cells (a Python loop over positions, slower), as torch has no vmap rule for the fused RNN ops.
 
 Training: the outer loss of segment s backpropagates through the updates that made
 ``theta_hat``, to ``phi`` and ``theta``; the unroll is truncated after ``unroll_steps``
@@ -40,10 +44,9 @@ from torch.utils.checkpoint import checkpoint
 from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists
 from dynlm.models.rnn_lm import RNNLM, RNNState
-from dynlm.modules.fast_weights import (fast_gru_layer, fast_linear, fast_lstm_layer, slice_columns,
-                                        zero_fast_weights)
+from dynlm.modules.fast_weights import (fast_embedding, fast_gru_layer, fast_linear, fast_lstm_layer,
+                                        slice_columns, zero_fast_weights)
 from dynlm.modules.meta_learner import MetaLearner
-from dynlm.modules.subword_embedding import shortlist_input_ids
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -228,12 +231,11 @@ class DynamicalLM(nn.Module):
         # In eval with only a fast output layer nothing below the decoder needs a graph.
         below_needs_graph = self.training or any(not k.startswith("output.") for k in fast)
         with torch.set_grad_enabled(below_needs_graph):
-            x = lm.embed(chunk)  # [B, l, E]
-            if "embedding.weight" in fast:
-                ids = shortlist_input_ids(chunk.tokens, self.spec)
-                rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(ids)
-                not_pad = (ids != self.spec.pad_id).unsqueeze(-1).to(x.dtype)
-                x = x + fast["embedding.weight"][rows, ids] * not_pad
+            if "embedding.weight" in fast:  # embedding="word": lm.embed(chunk) is the word table alone
+                # the word module maps off-short-list ids to <unk>; pad rows get no fast part
+                x = fast_embedding(lm.embedding.word, chunk.tokens, fast["embedding.weight"])  # [B, l, E]
+            else:
+                x = lm.embed(chunk)  # [B, l, E]
             x = lm.input_dropout(x)
             if any(k.startswith("recurrent.") for k in fast):
                 hidden, lm_state = self._run_fast_rnn(x, lm_state, fast, chunk)
@@ -241,8 +243,7 @@ class DynamicalLM(nn.Module):
                 hidden, lm_state = lm.run_rnn(x, lm_state, getattr(chunk, "lengths", None))
         dropped = lm.output_dropout(hidden)
         if "output.weight" in fast:
-            logits = fast_linear(dropped, lm.decoder.weight, lm.decoder.bias, fast["output.weight"],
-                                 fast["output.bias"])
+            logits = fast_linear(lm.decoder, dropped, fast["output.weight"], fast["output.bias"])  # [B, l, V]
         else:
             logits = lm.decoder(dropped)
         return logits, hidden, lm_state

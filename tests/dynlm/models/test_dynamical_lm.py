@@ -152,3 +152,18 @@ def test_meta_training_lowers_the_loss_of_a_second_reading():
     static = _second_reading_nll(model, twice, once)
     # a fast output layer is at best a unigram cache of the 12 words read: ~0.83 of the static NLL
     assert dynamic < 0.9 * static
+
+
+def test_fast_embedding_leaves_the_pad_row_static():
+    """Documents of different lengths are padded with pad_id: that row gets no fast update."""
+    torch.manual_seed(0)
+    model = _model(fast_params=["embedding"], segment_len=3).train()
+    rows = [_row("a", [[5, 6, 7, 8, 9, 10]]), _row("b", [[11, 12]]), _row("c", [[13, 14, 15]])]
+    sentence = collate_documents(rows, SPEC).sentences[0]
+    assert bool((sentence.tokens == SPEC.pad_id).any())
+    output, state = model(sentence, model.init_state(3))
+    fast = state.fast["embedding.weight"].detach()
+    assert float(fast[:, SPEC.pad_id].abs().max()) == 0.0
+    assert float(fast.abs().max()) > 0
+    chunk_loss([output], [sentence])[0].backward()
+    assert float(model.lm.embedding.word.weight.grad[SPEC.pad_id].abs().max()) == 0.0
