@@ -40,6 +40,8 @@ from dynlm.training import TrainConfig, evaluate, fit, train_step
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
 META_THETA_LR = 3e-4  # theta's lr during meta-training (c), and in (a)'s matching extra training
+DYNEVAL_ETAS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]  # (b)'s grid, tuned on validation; wide enough that
+DYNEVAL_LAMBDAS = [0.0, 0.01]                  # the best eta is not at its edge (checked in the report)
 
 
 def read_articles(split: str, limit: int, data_dir: Path = DATA) -> list[dict]:
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     # (b) dynamic evaluation, eta / lambda tuned on validation
     stats = collect_grad_stats(static, train_batches(0)[:4], segment_len=args.segment_len, max_segments=200)
     grid = []
-    for lr, decay in itertools.product([3e-4, 1e-3, 3e-3], [0.0, 0.01]):
+    for lr, decay in itertools.product(DYNEVAL_ETAS, DYNEVAL_LAMBDAS):
         cfg = DynamicEvalConfig(lr=lr, decay=decay, segment_len=args.segment_len)
         grid.append((dynamic_evaluate(static, valid, cfg, stats)["ppl"], cfg))
         print("dyneval grid", lr, decay, grid[-1][0], flush=True)
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
         f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}. "
         f"Dynamic evaluation (b): "
-        f"eta x lambda grid {{3e-4, 1e-3, 3e-3}} x {{0, 0.01}} on validation, best eta={best_cfg.lr}, "
+        f"eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
+        f"{{{', '.join(f'{d:g}' for d in DYNEVAL_LAMBDAS)}}} on validation, best eta={best_cfg.lr:g}, "
         f"lambda={best_cfg.decay}, segment {best_cfg.segment_len}; RMS statistics from 4 train batches.",
         "",
         "| model | valid ppl | test ppl | eval tokens/s (test) | speed vs. static |",

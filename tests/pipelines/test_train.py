@@ -176,3 +176,36 @@ def test_uneven_shards_run_in_lockstep_without_hanging(corpus, tmp_path):
     assert sum0 == sum1 and math.isfinite(float(sum0))  # identical parameters after the epoch
     assert steps0 == steps1  # the same optimizer steps on both ranks
     assert (idle0, idle1) == ("0", "2")  # rank 1 ran two inactive batches while rank 0 finished
+
+
+def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_module_uri, capsys):
+    """The meta-learned dynamical LM goes through the same pipeline as the other models: 2 DDP
+    workers (autograd.grad inside the forward), an MLflow run, the registry, and `dynlm evaluate`
+    of ``models:/dynlm-dynamical@champion``."""
+    from mlflow import MlflowClient
+
+    from pipelines.cli import main
+    from pipelines.train import run_training
+
+    tmp, prepared = corpus
+    job = _job(tmp, prepared.root, "run.name=dynamical", "run.register=true", "train.epochs=2",
+               "model.type=dynamical", "model.embedding=word", "model.dynamical.fast_params=[output]",
+               "model.dynamical.segment_len=8", "model.dynamical.unroll_steps=2")
+    result = run_training(job, prepared)
+    assert [r["epoch"] for r in result.history] == [1, 2]
+    assert all(math.isfinite(r["valid_ppl"]) for r in result.history)
+    assert result.param_checksums[0] == result.param_checksums[1]  # DDP kept theta and phi in sync
+    assert result.model_version is not None
+
+    client = MlflowClient(mlflow_module_uri, registry_uri=mlflow_module_uri)
+    champion = client.get_model_version_by_alias("dynlm-dynamical", "champion")
+    assert champion.run_id == result.run_id
+    assert client.get_run(result.run_id).data.params["model.type"] == "dynamical"
+    model, model_cfg, _, _ = dynlm_checkpoint.load(Path(result.best_checkpoint_dir) / "model.pt")
+    assert model_cfg.type == "dynamical" and type(model).__name__ == "DynamicalLM"
+
+    capsys.readouterr()
+    assert main(["evaluate", "--model", "models:/dynlm-dynamical@champion", "--data", str(prepared.root)]) == 0
+    out = capsys.readouterr().out
+    test_ppl = float(next(line for line in out.splitlines() if "all tokens" in line).split()[-1])
+    assert 1.0 < test_ppl < prepared.spec.output_size  # finite, better than uniform
