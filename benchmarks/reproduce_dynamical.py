@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--meta-steps", type=int, default=20)
     parser.add_argument("--segment-len", type=int, default=32)
     parser.add_argument("--unroll-steps", type=int, default=4)
+    parser.add_argument("--input-gate-bias", type=float, default=-3.0, help="(c)'s initial input-gate bias")
+    parser.add_argument("--forget-gate-bias", type=float, default=3.0, help="(c)'s initial forget-gate bias")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "dynamical_wikitext2.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     # (c) meta-learned dynamical LM, theta from theta_0 (before (a)'s extra batches)
     dyn_cfg = model_cfg.replace(type="dynamical", dynamical=dict(
         fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
-        input_gate_bias=-3.0, forget_gate_bias=3.0, meta_lr=3e-3))
+        input_gate_bias=args.input_gate_bias, forget_gate_bias=args.forget_gate_bias, meta_lr=3e-3))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
     dynamical.lm.load_state_dict(theta_0)
     extra_training(dynamical, torch.optim.Adam(dynamical.param_groups(META_THETA_LR)), meta_cfg)
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         f"from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr 3e-3) for {meta_batches} "
         f"batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the same "
         f"{meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
-        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}. "
+        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}, initial "
+        f"gate biases {args.input_gate_bias:g} (input) / {args.forget_gate_bias:g} (forget). "
         f"Dynamic evaluation (b): "
         f"eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
         f"{{{', '.join(f'{d:g}' for d in DYNEVAL_LAMBDAS)}}} on validation, best eta={best_cfg.lr:g}, "
