@@ -89,9 +89,10 @@ def count_train_words(batch: pa.Table) -> pa.Table:
     """Word counts of the train documents of one batch (entity tokens excluded)."""
     train = batch.filter(pc.and_(pc.equal(batch["kind"], "document"), pc.equal(batch["split"], "train")))
     tokens = pc.list_flatten(pc.list_flatten(train["sentences"]))
-    tokens = tokens.filter(pc.invert(pc.match_substring_regex(tokens, ENTITY_REGEX)))
-    counts = pc.value_counts(tokens)
-    return pa.table({"word": counts.field("values"), "count": pc.cast(counts.field("counts"), pa.int64())})
+    counts = pc.value_counts(tokens)  # one row per word type: the entity filter below runs on types
+    words, numbers = counts.field("values"), pc.cast(counts.field("counts"), pa.int64())
+    keep = pc.invert(pc.match_substring_regex(words, ENTITY_REGEX))
+    return pa.table({"word": words.filter(keep), "count": numbers.filter(keep)})
 
 
 class EncodeDocuments:
