@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {label} | {v['ppl']:.2f} | {t['ppl']:.2f} | {speed:.0f} | {speed / base_speed:.2f}x |")
     lines += ["", "Dynamic-evaluation grid (valid ppl): " + ", ".join(
         f"eta={c.lr:g}/lambda={c.decay:g}: {p:.2f}" for p, c in grid),
-        f"", f"Meta-learner gate biases after training (input, forget): {gates[0]:.3f}, {gates[1]:.3f}.",
+        "", f"Meta-learner gate biases after training (input, forget): {gates[0]:.3f}, {gates[1]:.3f}.",
         "", "Dynamic evaluation reads each article alone (batch 1, weights reset per article), so its "
         "speed is not comparable to the batched (a)/(c)."]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dynlm.config import config_hash
 from dynlm.data.anonymize import anonymize

@@ -36,7 +36,7 @@ import itertools
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 import yaml
 

@@ -58,7 +58,7 @@ from dynlm.data.prepared import PreparedData, is_uri
 from dynlm.models import build_model
 from dynlm.metrics import MetricAccumulator
 from dynlm.optim import LRSchedule, build_optimizer
-from dynlm.training import evaluate, train_step, unwrap_model
+from dynlm.training import evaluate, train_step
 from dynlm.vocab_spec import VocabSpec
 from pipelines.config import JobConfig, RunSettings
 

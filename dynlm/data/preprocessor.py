@@ -16,7 +16,7 @@ from pathlib import Path
 from dynlm.data.bpe import SubwordTokenizer
 from dynlm.data.config import DataConfig
 from dynlm.data.vocabulary import Vocabulary, shortlist_count
-from dynlm.vocab_spec import BOS_ID, EOS_ID, SPECIAL_WORDS, VocabSpec
+from dynlm.vocab_spec import SPECIAL_WORDS, VocabSpec
 
 FORMAT_VERSION = 1
 KIND = "dynlm.preprocessor"

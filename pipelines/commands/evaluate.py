@@ -181,7 +181,6 @@ def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from dynlm.data.batching import batch_documents
 
