@@ -10,7 +10,8 @@ Stages (one Ray Dataset flows through them; raw text never comes back to the dri
     map_batches(EncodeDocuments, ActorPoolStrategy)     each actor loads the preprocessor JSON once
     --- driver: encoded ids streamed with iter_batches, sorted by doc_id per split, written ---
 
-Output: ``<output_root>/<data_hash>/`` with ``train|valid|test/part-NNNNN.parquet``
+Output: ``<output_root>/<data_hash>/`` (the key covers what the inputs contain, not their paths:
+:mod:`dynlm.data.fingerprint`) with ``train|valid|test/part-NNNNN.parquet``
 (ENCODED_SCHEMA), ``quarantine/part-00000.parquet``, ``preprocessor.json`` and, written last,
 ``manifest.json``; a complete folder (one with a manifest) is reused as is. ``output_root`` is a
 local folder or a URI (``s3://bucket/prepared``, ``gs://...``, ``file:///...``):
@@ -46,6 +47,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dynlm.data.config import DataConfig
+from dynlm.data.fingerprint import input_listing
 from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared, is_uri, resolve
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
@@ -247,6 +249,7 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
         "config": cfg.to_dict(),
         "config_hash": cfg.data_hash(),
         "encoding_hash": cfg.encoding_hash(),
+        "inputs": input_listing(cfg.inputs),  # [name, size, digest] per file: what the key covers
         "counts": counts,
         "preprocessor": "preprocessor.json",
         "splits": {split: split for split in SPLITS},
@@ -312,7 +315,7 @@ def _derive(cfg: DataConfig, out: Path, sibling: PreparedData, share: Share) -> 
     sibling.preprocessor.with_gamma(cfg.gamma).save(out / "preprocessor.json")
     seconds = round(time.perf_counter() - start, 3)
     return {**manifest, "config": cfg.to_dict(), "config_hash": cfg.data_hash(),
-            "encoding_hash": cfg.encoding_hash(),
+            "encoding_hash": cfg.encoding_hash(), "inputs": input_listing(cfg.inputs),
             "derived_from": manifest.get("derived_from", posixpath.basename(sibling.path)),  # the built one
             "timings_s": {"derive_from_sibling": seconds, "build": seconds}}
 
@@ -407,7 +410,11 @@ def _check_strict(prepared: PreparedData, strict: bool) -> None:
         raise QuarantineError(counts, prepared.root, examples)
 
 
-def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> PreparedData:
+class PreparedDataMissing(FileNotFoundError):
+    """``build=False`` was asked and the folder neither exists nor can be derived (gamma)."""
+
+
+def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True, build: bool = True) -> PreparedData:
     """Prepare (or reuse) the data folder ``<cfg.output_root>/<cfg.data_hash()>/``.
 
     ``cfg.output_root`` is a local folder or a filesystem URI (``s3://...``); the driver writes
@@ -418,12 +425,16 @@ def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> 
         strict: raise :class:`QuarantineError` when any input record was quarantined (the
             folder is still written, with its quarantine Parquet, for inspection).
         progress: show Ray Data progress bars.
+        build: False never starts a Ray Data job: the folder must exist or be derivable from a
+            folder of the same encoding (another gamma, hard links, < 1 s). A Tune trial passes
+            False: a Ray Data job inside its placement group could never be scheduled.
 
     Returns:
         The prepared folder, opened.
 
     Raises:
         QuarantineError: strict and something was quarantined.
+        PreparedDataMissing: ``build=False`` and there is nothing to reuse or derive.
         FileNotFoundError / ValueError: missing inputs, no readable document, duplicate doc ids.
     """
     final = prepared_root(cfg.output_root, cfg.data_hash())
@@ -435,6 +446,11 @@ def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True) -> 
 
     def make(out: Path, share: Share) -> dict:
         sibling = _encoding_sibling(cfg.output_root, cfg)
+        if sibling is None and not build:
+            raise PreparedDataMissing(
+                f"no prepared folder {final} for data config {cfg.data_hash()} "
+                f"(bpe_merges={cfg.bpe_merges}, gamma={cfg.gamma}, vocab_size={cfg.vocab_size}), "
+                f"and none of the same encoding to derive it from")
         if sibling is None:
             return _build(cfg, out, progress)
         print(f"prepare: {cfg.data_hash()} differs from {posixpath.basename(sibling.path)} only in gamma: "

@@ -55,6 +55,7 @@ class TrialSummary:
     time_s: float
     run_id: str | None  # the MLflow child run that finished (None: none finished)
     run_status: str | None  # MLflow status of that run
+    error: str | None = None  # first line of the trial's error (status ERROR)
 
 
 @dataclass
@@ -67,6 +68,7 @@ class SearchResult:
     num_prepared: int  # distinct data configs prepared before the trials
     trials: list[TrialSummary]
     interrupted: bool  # True: stopped before every trial ended; resume with resume_search()
+    num_finished: int = 0  # trials whose MLflow run FINISHED with a validation perplexity
     best: TrialSummary | None = None
     registration: Any = None  # tracking.RegistrationResult of the best trial
     wall_s: float = 0.0
@@ -194,14 +196,24 @@ def train_driver_fn(config: dict, context: dict) -> None:
         tune.report({"valid_ppl": float(metrics["best_valid_ppl"]), "epoch": metrics.get("epochs_completed", 0)})
         return
     job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
-    root = context["prepared"].get(job.data.data_hash())
-    if root is None:  # a continuous gamma: derived from the prepared encoding (locked, < 1 s)
-        from pipelines.prepare import prepare
-
-        prepared = prepare(job.data, progress=False)
-    else:
-        prepared = PreparedData.open(root)
+    root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
+    prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True)
+
+
+def _derive_in_trial(cfg, context: dict):
+    """The folder of a continuous gamma, derived from the pre-pass's folder of the same encoding
+    (hard links, < 1 s). Never a preprocessing job: inside the trial's placement group (0.01
+    CPU) its Ray Data tasks could never be scheduled, so a missing folder fails at once."""
+    from pipelines.prepare import PreparedDataMissing, prepare
+
+    try:
+        return prepare(cfg, progress=False, build=False)
+    except PreparedDataMissing as exc:
+        raise PreparedDataMissing(
+            f"{exc}. The search's pre-pass prepared {sorted(context['prepared'])}; a trial never "
+            "preprocesses (data.* settings other than gamma must be choice or grid in the space "
+            "file, so that the pre-pass prepares each of their values)") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +259,42 @@ def _init_ray() -> None:
     init_ray()
 
 
+# Ray Data's file listing (the first task of every trial's training ingest) asks for a whole CPU
+# whatever the read's own ``num_cpus``: the trials must leave at least this much free.
+INGEST_FREE_CPUS = 1.0
+
+
+def check_trials_fit(space: SearchSpace, cluster_cpus: float) -> None:
+    """Fail at once when the concurrent trials would leave less than one CPU of this (single,
+    non-autoscaling) node free: every trial's ingest would then wait for a CPU forever.
+
+    Raises:
+        SearchSpaceError: naming the CPUs the trials reserve and the settings that fix it.
+    """
+    from pipelines.search_space import SearchSpaceError
+
+    run = space.base.run
+    per_trial = run.num_workers * run.cpus_per_worker + DRIVER_RESOURCES["CPU"]
+    concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
+    free = cluster_cpus - concurrent * per_trial
+    if free < INGEST_FREE_CPUS - 1e-9:
+        raise SearchSpaceError(
+            f"{concurrent} concurrent trials x {per_trial:g} CPU (run.num_workers={run.num_workers} x "
+            f"run.cpus_per_worker={run.cpus_per_worker:g} + {DRIVER_RESOURCES['CPU']:g} for the trial "
+            f"driver) leave {free:.2f} of this node's {cluster_cpus:g} CPUs free; Ray Data's ingest needs "
+            f"{INGEST_FREE_CPUS:g}, so the trials would wait forever. Lower run.cpus_per_worker or "
+            "tune.max_concurrent_trials")
+
+
+def _check_local_cluster(space: SearchSpace) -> None:
+    """:func:`check_trials_fit` on a one-node Ray (a laptop, a test); a multi-node cluster may
+    autoscale, so it is not checked."""
+    import ray
+
+    if len([n for n in ray.nodes() if n.get("Alive")]) == 1:
+        check_trials_fit(space, float(ray.cluster_resources().get("CPU", 0.0)))
+
+
 def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchResult:
     """Run a whole search: prepare, tune, summarise, register the best model.
 
@@ -262,6 +310,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     from pipelines import tracking
 
     _init_ray()
+    _check_local_cluster(space)
     print(describe(space), flush=True)
     uri = tracking.tracking_uri(space.base.run.tracking_uri)
     base = _absolute_base(space, uri)
@@ -355,12 +404,14 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
         return result
 
     finished = [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
+    result.num_finished = len(finished)
     sign = 1.0 if space.tune.mode == "min" else -1.0
     result.best = min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
     result.artifacts = log_results(parent_run_id, trials, context["search_keys"], space.base, uri)
     client = tracking.client(uri)
     client.log_metric(parent_run_id, "search_wall_s", wall)
     client.log_metric(parent_run_id, "num_trials", len(trials))
+    _report_failures(trials, client, parent_run_id)
     if result.best is not None:
         best_run = client.get_run(result.best.run_id)
         client.log_metric(parent_run_id, "best_valid_ppl", result.best.best_valid_ppl)
@@ -375,8 +426,34 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
               f"({result.registration.reason})", flush=True)
     else:
         print("[tune] no trial finished training; nothing registered", flush=True)
-    client.set_terminated(parent_run_id, "FINISHED")
+    client.set_terminated(parent_run_id, "FINISHED" if finished else "FAILED")
     return result
+
+
+def _report_failures(trials: list[TrialSummary], client, parent_run_id: str) -> None:
+    """Print the errored trials (first line of each error); count them on the parent run."""
+    failed = [t for t in trials if t.status == "ERROR"]
+    client.log_metric(parent_run_id, "num_failed_trials", len(failed))
+    if not failed:
+        return
+    print(f"[tune] {len(failed)} of {len(trials)} trials failed:", flush=True)
+    for t in failed:
+        print(f"[tune]   {t.trial_id}: {t.error}", flush=True)
+    client.set_tag(parent_run_id, "dynlm.failed_trials",
+                   "\n".join(f"{t.trial_id}: {t.error}" for t in failed)[:5000])
+
+
+def error_line(error: BaseException | None) -> str | None:
+    """``Type: first line of the message`` of a trial's error, unwrapped from Ray's wrappers."""
+    if error is None:
+        return None
+    cause = error
+    while getattr(cause, "cause", None) is not None and cause.cause is not cause:  # RayTaskError
+        cause = cause.cause
+    while isinstance(cause.__cause__, BaseException):  # raise ... from exc (Train's wrappers)
+        cause = cause.__cause__
+    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,7 +543,8 @@ def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
             status=trial.status, best_valid_ppl=ppl, epochs=epochs,
             time_s=float((result.metrics or {}).get("time_total_s", 0.0)),
             run_id=chosen.info.run_id if chosen else None,
-            run_status=chosen.info.status if chosen else None))
+            run_status=chosen.info.status if chosen else None,
+            error=error_line(result.error) if trial.status == "ERROR" else None))
     return rows
 
 

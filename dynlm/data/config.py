@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dynlm.config import Config, ConfigError, config_hash
+from dynlm.data.fingerprint import input_listing
 
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
-DATA_FORMAT_VERSION = 1
+# 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings.
+DATA_FORMAT_VERSION = 2
 
-# Fields that change where/how fast the data is written, not what is written.
-_NOT_HASHED = ("output_root", "num_encode_actors")
+# Fields that change where/how fast the data is written, not what is written. ``inputs`` is
+# replaced by the listing of what the inputs contain.
+_NOT_HASHED = ("inputs", "output_root", "num_encode_actors")
 
 
 @dataclass
@@ -77,21 +80,29 @@ class DataConfig(Config):
             raise ConfigError(f"num_encode_actors: must be >= 1, got {self.num_encode_actors}")
 
     def data_hash(self, length: int = 16) -> str:
-        """Hash of the fields that change the prepared output (plus DATA_FORMAT_VERSION).
+        """The key of the prepared folder: what the inputs contain + the settings that change
+        the output (+ DATA_FORMAT_VERSION).
 
-        ``output_root`` and ``num_encode_actors`` are left out: the same data written elsewhere
-        or with more actors has the same hash.
+        The inputs enter by content (:func:`dynlm.data.fingerprint.input_listing`), so a path
+        spelled relative, absolute, with ``./`` or through a symlink gives the same key, and a
+        changed or added input file a new one. ``output_root`` and ``num_encode_actors`` are
+        left out: the same data written elsewhere or with more actors has the same hash.
+
+        Raises:
+            FileNotFoundError: an input does not exist.
         """
-        data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
-        data["_data_format_version"] = DATA_FORMAT_VERSION
-        return config_hash(data, length)
+        return self._hash(exclude=_NOT_HASHED, length=length)
 
     def encoding_hash(self, length: int = 16) -> str:
-        """Hash of the fields that change the encoded shards: ``data_hash`` without ``gamma``.
+        """Hash of what changes the encoded shards: ``data_hash`` without ``gamma``.
 
         The short list only decides which words keep their own input embedding (applied in the
         model's input layer), so folders that differ only in ``gamma`` share their shards.
         """
-        data = {k: v for k, v in self.to_dict().items() if k not in (*_NOT_HASHED, "gamma")}
+        return self._hash(exclude=(*_NOT_HASHED, "gamma"), length=length)
+
+    def _hash(self, exclude: tuple[str, ...], length: int) -> str:
+        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        data["_inputs"] = input_listing(self.inputs)
         data["_data_format_version"] = DATA_FORMAT_VERSION
         return config_hash(data, length)

@@ -15,6 +15,9 @@ examples:
 environment: MLFLOW_TRACKING_URI (tracking server), DYNLM_STORAGE_PATH (run.storage_path, e.g.
 s3://bucket/dynlm on a cluster; a --set run.storage_path wins).
 
+exit status: 0 when at least one trial finished (failed trials are listed with their error);
+1 when none did; 2 for a bad space file; 3 when interrupted (continue with --resume).
+
 The space file format is documented at the top of every file in tune_spaces/. A bad space
 (unknown key, empty choice, gamma outside (0, 1], negative merges ...) is reported before Ray starts.
 """
@@ -62,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"run.tracking_uri={args.tracking_uri}")
         try:
             space = load_search_space(args.space, overrides)  # every error before Ray starts
+            result = run_search(space, experiment=args.name)  # or before any trial (resources)
         except SearchSpaceError as exc:
             print(f"dynlm tune: {exc}", file=sys.stderr)
             return 2
-        result = run_search(space, experiment=args.name)
-    return 3 if result.interrupted else 0  # 3: interrupted, resume with --resume
+    if result.interrupted:
+        return 3  # interrupted: resume with --resume
+    if result.num_finished == 0:
+        print(f"dynlm tune: no trial finished ({len(result.trials)} trials; errors above)", file=sys.stderr)
+        return 1
+    return 0

@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from pipelines.cli import main
 from pipelines.search_space import from_mapping
-from pipelines.tune import TrialSummary, format_table, plot_results, results_csv, resume_search, run_search
+from pipelines.tune import (TrialSummary, error_line, format_table, plot_results, results_csv, resume_search,
+                            run_search)
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = str(REPO / "tune_spaces" / "quickstart.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +101,15 @@ def test_results_table_csv_and_plot(tmp_path):
     assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
     assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
     png = plot_results(trials, default_job(), tmp_path / "plot.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(png)
+    assert pixels.shape[:2] == (400, 1000)  # figsize (10, 4) at 100 dpi
+    # the two finished trials are drawn in their merge_fn colours (tab10 blue for gru, orange for max)
+    rgb = pixels[..., :3].reshape(-1, 3)
+    for colour in ((0.122, 0.467, 0.706), (1.0, 0.498, 0.055)):
+        assert (abs(rgb - colour).max(axis=1) < 0.02).sum() > 20, colour
 
 
 @pytest.mark.slow
@@ -228,3 +241,90 @@ def test_runs_left_running_are_closed_by_what_happened_to_their_trial(mlflow_uri
     assert status(finished) == "FINISHED"
     assert status(earlier_attempt) == "KILLED"  # an attempt a restore re-ran
     assert [t.run_status for t in trials] == ["FAILED", "KILLED", "FINISHED"]
+
+
+@pytest.mark.slow
+def test_readme_quickstart_search_from_an_empty_directory(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
+    """`dynlm tune --space tune_spaces/quickstart.yaml` as the README says, in an empty working
+    directory with the default relative paths (runs/synth, runs/prepared, runs/ray); one epoch
+    and one sample per grid value (2 trials) for time. Regression: every trial missed the
+    pre-pass's folders (the key held the input paths as spelled), re-ran prepare inside its
+    placement group and died, and the command exited 0."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["tune", "--space", QUICKSTART, "--set", "train.epochs=1", "--set", "tune.num_samples=1",
+                 "--name", "quickstart"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "failed:" not in out
+    built = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
+    assert len(built) == 2  # the two bpe_merges values, prepared once each by the pre-pass
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    parent = client.search_runs([client.get_experiment_by_name("dynlm").experiment_id],
+                                filter_string="tags.`dynlm.kind` = 'tune'")[0]
+    children = _child_runs(client, parent.info.run_id)
+    assert len(children) == 2 and {c.info.status for c in children} == {"FINISHED"}
+    assert {c.data.tags["dynlm.prepared_root"] for c in children} == {str(p) for p in built}
+    assert parent.info.status == "FINISHED" and parent.data.metrics["num_failed_trials"] == 0
+    _wait_for_idle_cluster(ray_session)
+
+
+@pytest.mark.slow
+def test_search_where_no_trial_finishes_exits_1_and_names_the_errors(ray_session, mlflow_uri, tmp_path,
+                                                                      monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["tune", "--space", QUICKSTART, "--set", "train.epochs=1", "--set", "tune.num_samples=1",
+                 "--set", "run.fail_at_epoch=1", "--set", "run.fail_rank=0", "--name", "failing"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "dynlm tune: no trial finished (2 trials; errors above)" in captured.err
+    failed_lines = [line for line in captured.out.splitlines() if line.startswith("[tune]   ")]
+    assert len(failed_lines) == 2, captured.out[-3000:]
+    assert all("fault injection: rank 0 fails in epoch 1" in line for line in failed_lines)
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    parent = client.search_runs([client.get_experiment_by_name("dynlm").experiment_id],
+                                filter_string="tags.`dynlm.kind` = 'tune'")[0]
+    assert parent.info.status == "FAILED" and parent.data.metrics["num_failed_trials"] == 2
+    assert parent.data.tags["dynlm.failed_trials"].count("fault injection") == 2
+    _wait_for_idle_cluster(ray_session)
+
+
+def test_a_trial_never_preprocesses_a_missing_data_config(tmp_path, synth_dir):
+    """The trial-side lookup fails at once, naming the data config and the pre-pass, without a
+    Ray Data job (it would wait forever for a CPU inside the trial's placement group)."""
+    from dynlm.data.config import DataConfig
+    from pipelines.prepare import PreparedDataMissing
+    from pipelines.tune import _derive_in_trial
+
+    cfg = DataConfig(inputs=[str(synth_dir)], output_root=str(tmp_path / "prepared"), bpe_merges=7)
+    start = time.time()
+    with pytest.raises(PreparedDataMissing, match=rf"data config {cfg.data_hash()} \(bpe_merges=7.*"
+                                                  r"pre-pass prepared \['abc'\]"):
+        _derive_in_trial(cfg, {"prepared": {"abc": "/somewhere"}})
+    assert time.time() - start < 5
+    assert not [p for p in (tmp_path / "prepared").iterdir() if not p.name.startswith(".")]
+
+
+def test_error_line_unwraps_ray_errors():
+    try:
+        try:
+            raise FileNotFoundError("no prepared folder x\nsecond line")
+        except FileNotFoundError as inner:
+            raise RuntimeError("Training failed due to worker errors") from inner
+    except RuntimeError as outer:
+        assert error_line(outer) == "FileNotFoundError: no prepared folder x"
+    assert error_line(None) is None
+
+
+def test_trials_that_leave_no_cpu_for_the_ingest_are_refused():
+    """2 trials x (0.5 + 0.01) CPU on 2 cores left 0.98 CPU: Ray Data's 1-CPU listing task of
+    every trial's ingest waited forever (the shipped quickstart did, before it asked 0.4)."""
+    from pipelines.search_space import SearchSpaceError, load_search_space
+    from pipelines.tune import check_trials_fit
+
+    shipped = load_search_space(QUICKSTART, [])
+    check_trials_fit(shipped, 2.0)  # 2 x 0.41 leaves 1.18
+    greedy = load_search_space(QUICKSTART, ["run.cpus_per_worker=0.5"])
+    with pytest.raises(SearchSpaceError, match=r"2 concurrent trials x 0.51 CPU .* leave 0.98 of this node's 2 CPUs"):
+        check_trials_fit(greedy, 2.0)
+    check_trials_fit(load_search_space(QUICKSTART, ["run.cpus_per_worker=0.5", "tune.max_concurrent_trials=1"]), 2.0)
+    check_trials_fit(greedy, 4.0)

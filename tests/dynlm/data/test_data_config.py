@@ -11,11 +11,24 @@ from dynlm.data.config import DataConfig
 from dynlm.data.split import assign_split
 
 
-def test_data_hash_ignores_location_and_parallelism():
-    cfg = DataConfig(inputs=["a.conll"])
+@pytest.fixture
+def two_files(tmp_path):
+    (tmp_path / "a.conll").write_text("a")
+    (tmp_path / "b.conll").write_text("b")
+    return str(tmp_path / "a.conll"), str(tmp_path / "b.conll")
+
+
+def test_data_hash_ignores_location_and_parallelism(two_files):
+    a, b = two_files
+    cfg = DataConfig(inputs=[a])
     assert cfg.data_hash() == cfg.replace(output_root="/elsewhere", num_encode_actors=8).data_hash()
     assert cfg.data_hash() != cfg.replace(bpe_merges=10).data_hash()
-    assert cfg.data_hash() != cfg.replace(inputs=["b.conll"]).data_hash()
+    assert cfg.data_hash() != cfg.replace(inputs=[b]).data_hash()
+
+
+def test_data_hash_of_a_missing_input_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="'nowhere.conll' does not exist"):
+        DataConfig(inputs=["nowhere.conll"]).data_hash()
 
 
 @pytest.mark.parametrize("bad", [{"gamma": 1.5}, {"valid_fraction": 0.6, "test_fraction": 0.5},
@@ -36,8 +49,8 @@ def test_split_is_deterministic_and_roughly_proportional():
     assert assign_split("x", seed=0, valid_fraction=0, test_fraction=0) == "train"
 
 
-def test_encoding_hash_is_the_data_hash_without_gamma():
-    cfg = DataConfig(inputs=["a.conll"], gamma=0.9)
+def test_encoding_hash_is_the_data_hash_without_gamma(two_files):
+    cfg = DataConfig(inputs=[two_files[0]], gamma=0.9)
     other = cfg.replace(gamma=0.55)
     assert cfg.data_hash() != other.data_hash()  # its own folder (its own short list) ...
     assert cfg.encoding_hash() == other.encoding_hash()  # ... sharing the encoded shards
