@@ -447,11 +447,16 @@ def error_line(error: BaseException | None) -> str | None:
     """``Type: first line of the message`` of a trial's error, unwrapped from Ray's wrappers."""
     if error is None:
         return None
-    cause = error
-    while getattr(cause, "cause", None) is not None and cause.cause is not cause:  # RayTaskError
-        cause = cause.cause
-    while isinstance(cause.__cause__, BaseException):  # raise ... from exc (Train's wrappers)
-        cause = cause.__cause__
+    cause, seen = error, set()
+    while id(cause) not in seen:
+        seen.add(id(cause))
+        failures = getattr(cause, "worker_failures", None)  # Train's WorkerGroupError: {rank: exc}
+        if failures:
+            cause = failures[min(failures)]
+        elif isinstance(getattr(cause, "cause", None), BaseException):  # RayTaskError
+            cause = cause.cause
+        elif isinstance(cause.__cause__, BaseException):  # raise ... from exc
+            cause = cause.__cause__
     lines = [line for line in str(cause).strip().splitlines() if line.strip()]
     return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 

@@ -312,6 +312,10 @@ def test_error_line_unwraps_ray_errors():
             raise RuntimeError("Training failed due to worker errors") from inner
     except RuntimeError as outer:
         assert error_line(outer) == "FileNotFoundError: no prepared folder x"
+    from ray.train import WorkerGroupError
+
+    grouped = WorkerGroupError("[Rank 0 Error Snippet]: ...", {1: ValueError("b"), 0: KeyError("first rank")})
+    assert error_line(grouped) == "KeyError: 'first rank'"
     assert error_line(None) is None
 
 
