@@ -35,7 +35,8 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
     from dynlm.training import set_seed, train_step
-    from pipelines.train import SORT_BUFFER_BATCHES, iter_document_batches
+    from dynlm.data.batching import iter_document_batches
+    from pipelines.train import SORT_BUFFER_BATCHES
 
     cfg = job.train
     set_seed(cfg.seed)

@@ -1,10 +1,21 @@
-"""DDP helpers that stay Ray-free (used by the Ray Train workers and scripts/device_check.py)."""
+"""DDP helpers that stay Ray-free (used by the Ray Train workers and scripts/device_check.py).
+
+* :class:`EveryParameterUsed`: the anchor that keeps DDP's reducer in step;
+* collectives (``all_reduce_values``, ``all_gather_*``, ``reduce_evaluation``) that are the
+  identity without a process group, so one training loop serves one and many processes;
+* lockstep padding (``pad_to_steps``, ``dummy_batch``): every rank runs the same steps.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 import torch
+import torch.distributed as dist
+
+from dynlm.data.batching import DocumentBatch, SentenceBatch, collate_documents
+from dynlm.metrics import MetricAccumulator
+from dynlm.vocab_spec import VocabSpec
 
 
 class EveryParameterUsed(torch.nn.Module):
@@ -45,3 +56,104 @@ class EveryParameterUsed(torch.nn.Module):
         if isinstance(outputs, list):
             return [touched] + outputs[1:], state
         return touched, state
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives: identity without a process group, so one code path serves 1 and N processes
+# ---------------------------------------------------------------------------------------------
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_reduce_values(values: list[float], device: torch.device, op: str = "max") -> list[float]:
+    """All-reduce a few numbers (``op``: ``"max"`` or ``"sum"``) in float64."""
+    if not _distributed():
+        return [float(v) for v in values]
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def all_gather_floats(value: float, device: torch.device) -> list[float]:
+    """Every rank's ``value``, in rank order."""
+    if not _distributed():
+        return [float(value)]
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    out = [torch.zeros_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, tensor)
+    return [float(t.item()) for t in out]
+
+
+def all_gather_strings(value: str) -> list[str]:
+    """Every rank's ``value``, in rank order."""
+    if not _distributed():
+        return [value]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return [str(item) for item in out]
+
+
+def parameter_checksum(model: torch.nn.Module) -> float:
+    """Sum of every parameter in float64 (equal across ranks iff DDP kept them in sync)."""
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum().item() for p in model.parameters()))
+
+
+def reduce_evaluation(local: dict, device: torch.device) -> dict:
+    """Sum NLL and token counts of every metric category over the ranks; recompute perplexities.
+
+    Args:
+        local: :func:`dynlm.training.evaluate` of this rank's part of the validation set
+            (its ``nll_sum_<category>`` / ``count_<category>`` values).
+        device: where the collective runs (the rank's device: NCCL needs CUDA tensors).
+
+    Returns:
+        :meth:`MetricAccumulator.compute` of all ranks together, equal on every rank.
+    """
+    accumulator = MetricAccumulator()
+    for name in accumulator.nll_sum:
+        accumulator.nll_sum[name] = float(local[f"nll_sum_{name}"])
+        accumulator.count[name] = int(local[f"count_{name}"])
+    values = accumulator.as_tensor(device)
+    if _distributed():
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return MetricAccumulator.from_tensor(values).compute()
+
+
+# ---------------------------------------------------------------------------------------------
+# Lockstep: every rank runs the same number of steps (see dynlm.training.train_one_epoch)
+# ---------------------------------------------------------------------------------------------
+
+
+def inactive_like(step: SentenceBatch) -> SentenceBatch:
+    """A copy of a sentence step where every document is inactive (no target, zero loss)."""
+    return dataclasses.replace(
+        step,
+        mask=torch.zeros_like(step.mask),
+        lengths=torch.zeros_like(step.lengths),
+        doc_active=torch.zeros_like(step.doc_active),
+        new_doc=torch.zeros_like(step.new_doc),
+        doc_end=torch.zeros_like(step.doc_end),
+        target_kind=torch.zeros_like(step.target_kind),
+    )
+
+
+def pad_to_steps(batch: DocumentBatch, num_steps: int) -> DocumentBatch:
+    """``batch`` with inactive sentence steps appended up to ``num_steps`` steps."""
+    missing = num_steps - len(batch.sentences)
+    if missing <= 0:
+        return batch
+    blank = inactive_like(batch.sentences[-1])
+    return DocumentBatch(batch.sentences + [blank] * missing, batch.doc_ids, batch.num_tokens, batch.num_padded)
+
+
+def dummy_batch(spec: VocabSpec, num_steps: int) -> DocumentBatch:
+    """A one-document batch of ``num_steps`` inactive steps, for a rank that ran out of data."""
+    row = {"doc_id": "<inactive>", "source_file": "", "num_tokens": 2, "sentence_lengths": [2],
+           "word_ids": [spec.bos_id, spec.eos_id], "entity_ids": [0, 0],
+           "subword_ids": [spec.subword_pad_id, spec.subword_pad_id], "subword_lengths": [1, 1]}
+    template = collate_documents([row], spec)
+    blank = inactive_like(template.sentences[0])
+    return DocumentBatch([blank] * num_steps, ["<inactive>"], 0, 0)

@@ -1,26 +1,30 @@
 """Ray-free training: ``TrainConfig``, ``train_step`` (truncated BPTT over sentences),
-``evaluate`` (the paper metrics) and ``fit`` (a single-process loop with early stopping).
+``evaluate`` (the paper metrics) and ``fit``, THE training loop: the same code runs in one
+process (``dynlm train --local``, benchmarks, tests) and on every DDP rank of a Ray Train run
+(``pipelines/train.py`` only restores, calls it with per-rank hooks, and reports).
 
 Works unchanged on a ``DistributedDataParallel``-wrapped model: the state methods are called
 on ``model.module`` and the forward goes through the wrapper, once per truncated-BPTT chunk
 (the model gets the chunk's sentences as a list). Every rank must take the same number of
 optimizer steps: ``model.join()`` is not enough with Adam (a rank that finished early stops
-stepping and the replicas drift apart), so the Ray Train workers pad shorter batches with
-inactive sentences instead (``pipelines/train.py``), and wrap the model in
+stepping and the replicas drift apart), so :func:`train_one_epoch` pads shorter batches with
+inactive sentences (:mod:`dynlm.distributed`), and the model is wrapped in
 :class:`dynlm.distributed.EveryParameterUsed` so that every rank's graph uses every parameter.
 
-``evaluate`` runs on the unwrapped module (no collectives); all-reduce its ``nll_sum_*`` /
-``count_*`` values (see :class:`dynlm.metrics.MetricAccumulator`) to combine ranks.
+``evaluate`` runs on the unwrapped module (no collectives); ``fit`` all-reduces its
+``nll_sum_*`` / ``count_*`` values (:func:`dynlm.distributed.reduce_evaluation`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterable, Literal
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
 
 import numpy as np
 import torch
@@ -28,6 +32,8 @@ from torch import nn
 
 from dynlm.config import Config, ConfigError
 from dynlm.data.batching import DocumentBatch
+from dynlm.distributed import (all_gather_floats, all_reduce_values, dummy_batch, pad_to_steps, parameter_checksum,
+                               reduce_evaluation)
 from dynlm.losses import chunk_loss, token_nll
 from dynlm.metrics import MetricAccumulator, perplexity
 from dynlm.optim import LRSchedule, build_optimizer
@@ -173,6 +179,116 @@ def _count_steps(batches: Iterable[DocumentBatch], bptt_sentences: int) -> int:
     return sum(math.ceil(len(b.sentences) / bptt_sentences) for b in batches)
 
 
+def seed_everything(seed: int, epoch: int, rank: int) -> None:
+    """Seed torch's CPU and CUDA RNGs from (seed, epoch, rank): resumed epochs repeat exactly."""
+    torch.manual_seed(seed * 1_000_003 + epoch * 1009 + rank)
+
+
+def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, batches: Iterable[DocumentBatch],
+                    device: torch.device, *, spec=None, autocast_dtype=None, after_step=None) -> dict:
+    """One epoch of :func:`train_step` calls, in lockstep across DDP ranks.
+
+    Before each step the ranks agree (one all-reduce) on the longest batch: a shorter batch is
+    padded with inactive sentence steps and a rank without data runs an inactive dummy batch
+    (zero loss, zero gradient), so every rank runs the same forward/backward/optimizer calls
+    and the replicas stay bit-identical. Without a process group this is a plain loop.
+
+    Args:
+        model: the DDP-wrapped model (or the bare model in one process).
+        batches: this rank's document batches.
+        spec: the VocabSpec (builds the dummy batch of a rank that ran out of data).
+        autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
+        after_step: called after each step (fault injection hooks in here).
+
+    Returns:
+        This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
+        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run).
+    """
+    totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
+    iterator = iter(batches)
+    while True:
+        batch = next(iterator, None)
+        any_batch, max_steps = all_reduce_values(
+            [float(batch is not None), float(len(batch.sentences) if batch else 0)], device, op="max")
+        if not any_batch:
+            return totals
+        if batch is None:
+            step_batch = dummy_batch(spec, int(max_steps))
+            totals["idle_batches"] += 1
+        else:
+            step_batch = pad_to_steps(batch, int(max_steps))
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
+            out = train_step(model, step_batch, optimizer, cfg, scheduler=schedule)
+        totals["steps"] += out["steps"]
+        if batch is not None:
+            totals["nll_sum"] += out["nll_sum"]
+            totals["tokens"] += out["tokens"]
+            totals["num_padded"] += batch.num_padded
+            totals["documents"] += batch.batch_size
+        if after_step is not None:
+            after_step()
+
+
+@dataclass
+class FitState:
+    """Where a run stands after ``epoch`` completed epochs (numbered from 1): what a
+    checkpoint must hold to continue it exactly (with the weights, optimizer and schedule)."""
+
+    epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_valid_ppl: float = math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    stopped: bool = False  # early stopping fired: no further epoch runs
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FitState":
+        return cls(**data)
+
+
+def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, valid: dict, lr: float,
+                 state: FitState, checksums: list[float]) -> dict:
+    """The one epoch record (console, MLflow, Tune, checkpoints): ``totals`` are the all-ranks
+    sums ``[nll, tokens, padded positions, documents, idle batches]``."""
+    nll, tokens, padded, documents, idle = totals
+    return {
+        "epoch": epoch,
+        "train_loss": nll / tokens if tokens else float("nan"),
+        "train_ppl": perplexity(nll, int(tokens)),
+        "train_tokens": int(tokens),
+        "train_documents": int(documents),
+        "train_padding_fraction": padded / (padded + tokens) if tokens else float("nan"),
+        "train_tokens_per_s": tokens / seconds if seconds > 0 else float("nan"),
+        "train_steps_per_rank": steps,
+        "train_idle_batches": int(idle),
+        "train_seconds": seconds,
+        "lr": lr,
+        **{f"valid_{k}": v for k, v in valid.items() if not k.startswith(("nll_sum_", "count_"))},
+        "best_valid_ppl": state.best_valid_ppl,
+        "param_checksum": checksums[0],
+        "param_checksum_spread": max(checksums) - min(checksums),
+        "stopped_early": float(state.stopped),
+    }
+
+
+def _validate_epoch(core: nn.Module, valid_batches: Iterable[DocumentBatch], device: torch.device,
+                    schedule: LRSchedule, state: FitState, epoch: int, patience: int) -> dict:
+    """Evaluate (all ranks together), step the plateau schedule, update best/early stopping."""
+    valid = reduce_evaluation(evaluate(core, valid_batches), device)
+    if valid["tokens"] == 0:
+        raise ValueError("the validation split holds no tokens; prepare with valid_fraction > 0")
+    schedule.step_validation(valid["ppl"])
+    if valid["ppl"] < state.best_valid_ppl:
+        state.best_valid_ppl, state.best_epoch, state.bad_epochs = valid["ppl"], epoch, 0
+    else:
+        state.bad_epochs += 1
+    state.stopped = bool(patience and state.bad_epochs >= patience)
+    return valid
+
+
 def fit(
     model: nn.Module,
     train_batches_fn: Callable[[int], Iterable[DocumentBatch]],
@@ -181,68 +297,96 @@ def fit(
     *,
     on_epoch: Callable[[int, dict], bool | None] | None = None,
     total_steps: int | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    schedule: LRSchedule | None = None,
+    state: FitState | None = None,
+    hooks: "FitHooks | None" = None,
 ) -> dict:
-    """Single-process training loop with LR schedule and early stopping on validation ppl.
+    """THE training loop, for one process and for every DDP rank of a Ray Train run.
+
+    Epochs ``state.epoch + 1 .. cfg.epochs``: :func:`train_one_epoch` (lockstep), sums
+    all-reduced, validation all-reduced, LR plateau step, early stopping on validation ppl,
+    :func:`epoch_record`, then ``on_epoch(epoch, record)`` (log, checkpoint, report; True stops).
+    Without a process group every collective is the identity.
 
     Args:
-        model: the LM (moved to its device by the caller).
-        train_batches_fn: ``epoch -> iterable of DocumentBatch`` (reshuffle with the epoch).
-        valid_batches_fn: ``() -> iterable of DocumentBatch``.
-        cfg: training settings (seeded with ``cfg.seed``).
-        on_epoch: called with ``(epoch, record)`` after each epoch; returning True stops.
-        total_steps: optimizer steps of the whole run for the cosine schedule; counted from
-            one pass over ``train_batches_fn(0)`` when None.
+        model: the LM, on its device (DDP-wrapped on a rank).
+        train_batches_fn: ``epoch -> this rank's batches`` (reshuffled with the epoch).
+        valid_batches_fn: ``() -> this rank's validation batches``.
+        cfg: training settings.
+        on_epoch: called after each epoch with its record; ``state`` is already updated.
+        total_steps: optimizer steps of the whole run (cosine schedule); counted from one pass
+            over ``train_batches_fn(1)`` when None and no ``schedule`` is given.
+        optimizer / schedule: built from ``cfg`` when None (a resumed run passes restored ones).
+        state: where the run stands (a resumed run's); updated in place every epoch.
+        hooks: per-rank settings (:class:`FitHooks`); default: one process, rank 0.
 
     Returns:
-        ``best_valid_ppl``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history``
-        (one record per epoch). The model ends with the weights of the best epoch.
+        ``best_valid_ppl``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history`` and
+        ``param_checksums`` (one per rank). With ``hooks.restore_best`` the model ends with the
+        weights of the best epoch.
     """
-    set_seed(cfg.seed)
+    hooks = hooks or FitHooks()
     core = unwrap_model(model)
-    optimizer = build_optimizer(core, cfg)
-    if total_steps is None:
-        total_steps = cfg.epochs * _count_steps(train_batches_fn(0), cfg.bptt_sentences) if cfg.lr_schedule == "cosine" else 1
-    schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
-    best_ppl, best_epoch, best_weights = math.inf, -1, None
-    history, bad_epochs, stopped_early = [], 0, False
-    for epoch in range(cfg.epochs):
-        started = time.perf_counter()
-        nll, tokens, padded = 0.0, 0, 0
-        for batch in train_batches_fn(epoch):
-            metrics = train_step(model, batch, optimizer, cfg, scheduler=schedule)
-            nll, tokens, padded = nll + metrics["nll_sum"], tokens + metrics["tokens"], padded + metrics["num_padded"]
-        train_seconds = time.perf_counter() - started
-        valid = evaluate(model, valid_batches_fn())
-        if valid["tokens"] == 0:
-            raise ValueError("fit: the validation batches hold no tokens")
-        schedule.step_validation(valid["ppl"])
-        record = {
-            "epoch": epoch,
-            "train_loss": nll / tokens if tokens else float("nan"),
-            "train_ppl": perplexity(nll, tokens),
-            "train_tokens": tokens,
-            "train_padding_fraction": padded / (padded + tokens) if tokens else float("nan"),
-            "train_tokens_per_s": tokens / train_seconds if train_seconds > 0 else float("nan"),
-            "lr": optimizer.param_groups[0]["lr"],
-            **{f"valid_{k}": v for k, v in valid.items()},
-        }
-        history.append(record)
-        if valid["ppl"] < best_ppl:
-            best_ppl, best_epoch, bad_epochs = valid["ppl"], epoch, 0
-            best_weights = copy.deepcopy(core.state_dict())
-        else:
-            bad_epochs += 1
-        if on_epoch is not None and on_epoch(epoch, record):
+    device = model_device(core)
+    if state is None:
+        set_seed(cfg.seed)
+        state = FitState()
+    if optimizer is None:
+        optimizer = build_optimizer(core, cfg)
+    if schedule is None:
+        if total_steps is None:
+            total_steps = cfg.epochs * _count_steps(train_batches_fn(1), cfg.bptt_sentences) \
+                if cfg.lr_schedule == "cosine" else 1
+        schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
+    checksums = all_gather_floats(parameter_checksum(core), device)
+    best_weights = None
+    for epoch in range(state.epoch + 1, cfg.epochs + 1):
+        if state.stopped:
             break
-        if cfg.early_stopping_patience and bad_epochs >= cfg.early_stopping_patience:
-            stopped_early = True
+        seed_everything(cfg.seed, epoch, hooks.rank)
+        started = time.perf_counter()
+        local = train_one_epoch(model, optimizer, schedule, cfg, train_batches_fn(epoch), device, spec=hooks.spec,
+                                autocast_dtype=hooks.autocast_dtype,
+                                after_step=(lambda e=epoch: hooks.after_step(e)) if hooks.after_step else None)
+        if hooks.after_step is not None:
+            hooks.after_step(epoch)  # a rank without any batch still reaches it
+        seconds = time.perf_counter() - started
+        totals = all_reduce_values([local[k] for k in ("nll_sum", "tokens", "num_padded", "documents",
+                                                       "idle_batches")], device, op="sum")
+        valid = _validate_epoch(core, valid_batches_fn(), device, schedule, state, epoch, cfg.early_stopping_patience)
+        if hooks.restore_best and state.best_epoch == epoch:
+            best_weights = copy.deepcopy(core.state_dict())
+        checksums = all_gather_floats(parameter_checksum(core), device)
+        record = epoch_record(epoch, totals, local["steps"], seconds, valid, optimizer.param_groups[0]["lr"],
+                              state, checksums)
+        state.epoch = epoch
+        state.history.append(record)
+        if on_epoch is not None and on_epoch(epoch, record):
             break
     if best_weights is not None:
         core.load_state_dict(best_weights)
-    return {
-        "best_valid_ppl": best_ppl,
-        "best_epoch": best_epoch,
-        "epochs_run": len(history),
-        "stopped_early": stopped_early,
-        "history": history,
-    }
+    return {"best_valid_ppl": state.best_valid_ppl, "best_epoch": state.best_epoch,
+            "epochs_run": len(state.history), "stopped_early": state.stopped, "history": state.history,
+            "param_checksums": checksums}
+
+
+@dataclass
+class FitHooks:
+    """What a DDP rank adds to :func:`fit` (all optional for one process).
+
+    Attributes:
+        rank: this process's rank (seeds its RNG stream with the epoch).
+        spec: the VocabSpec (for the dummy batch of a rank that runs out of data).
+        autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
+        after_step: ``epoch -> None`` after each optimizer step and at the end of each epoch
+            (fault injection).
+        restore_best: keep the best epoch's weights in memory and load them at the end (a Ray
+            run keeps the best checkpoint instead).
+    """
+
+    rank: int = 0
+    spec: Any = None
+    autocast_dtype: Any = None
+    after_step: Callable[[int], None] | None = None
+    restore_best: bool = True

@@ -2,7 +2,7 @@
 
 Three levels (Ray's own layout)::
 
-    train_fn_per_worker(config)   one DDP rank: shard -> batches -> dynlm.training.train_step -> report
+    train_fn_per_worker(config)   one DDP rank: restore -> dynlm.training.fit(shard batches) -> report
     run_training(job, prepared)   the driver: MLflow run, TorchTrainer.fit(), best checkpoint, registry
     dynlm train                   the command line (pipelines/commands/train.py)
 
@@ -17,48 +17,41 @@ are all-reduced, so every rank reports the same perplexities and no validation d
 dropped. (The prepared folder must be on storage every node reads, like storage_path.)
 
 Uneven inputs. Ranks get different numbers of batches, and a batch of long documents has more
-truncated-BPTT chunks than one of short documents. DDP's ``join()`` would let a finished rank
-skip optimizer steps, so its Adam state would drift from the others. Instead every rank takes
-part in every step: before each step the ranks agree (one all-reduce) on the longest batch, a
-shorter batch is padded with inactive sentence steps and a rank without data runs an inactive
-dummy batch (zero loss, zero gradient). All ranks thus run the same forward/backward/optimizer
-calls and stay bit-identical (the tests compare parameter checksums). The process group has
-a finite timeout, so a bug here fails the attempt instead of hanging it.
+truncated-BPTT chunks than one of short documents. The loop (:func:`dynlm.training.fit`, the
+same for one process and for every rank) runs the ranks in lockstep: see
+:func:`dynlm.training.train_one_epoch`. The process group has a finite timeout, so a bug there
+fails the attempt instead of hanging it.
 
 Checkpoints. Rank 0 writes ``model.pt`` (:func:`dynlm.checkpoint.save`: state_dict, model
 config, VocabSpec, and in ``extra`` the optimizer/scheduler state, epoch, history and
 early-stopping state) plus a copy of ``preprocessor.json``, and reports it every epoch.
 ``CheckpointConfig`` keeps the best by ``valid_ppl`` plus the latest. A restarted attempt
 (``FailureConfig``) or a resumed run (same name and storage path) starts from
-``ray.train.get_checkpoint()``; RNG streams are re-seeded from (seed, epoch, rank) at every
-epoch, so a resumed run repeats the uninterrupted one.
+``ray.train.get_checkpoint()`` (its :class:`dynlm.training.FitState`); RNG streams are re-seeded
+from (seed, epoch, rank) at every epoch, so a resumed run repeats the uninterrupted one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import tempfile
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-import torch.distributed as dist
 
 from dynlm import checkpoint as dynlm_checkpoint
-from dynlm.distributed import EveryParameterUsed
 from dynlm.config import Config
-from dynlm.data.batching import DocumentBatch, SentenceBatch, batch_documents, collate_documents
+from dynlm.data.batching import iter_document_batches, per_worker_batch_size
 from dynlm.data.prepared import PreparedData, is_uri
+from dynlm.distributed import EveryParameterUsed, all_gather_strings
 from dynlm.models import build_model
-from dynlm.metrics import MetricAccumulator
 from dynlm.optim import LRSchedule, build_optimizer
-from dynlm.training import evaluate, train_step
+from dynlm.training import FitHooks, FitState, fit
 from dynlm.vocab_spec import VocabSpec
 from pipelines.config import JobConfig, RunSettings
 
@@ -116,89 +109,14 @@ class TrainingResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-worker pieces
+# Per-worker pieces (the loop itself is dynlm.training.fit)
 # ---------------------------------------------------------------------------------------------
-
-
-def per_worker_batch_size(global_batch: int, world_size: int) -> int:
-    """``train.batch_size`` is the global batch (documents); each rank takes its share."""
-    size = global_batch // world_size
-    if size < 1:
-        raise ValueError(f"train.batch_size={global_batch} is smaller than run.num_workers={world_size}")
-    return size
-
-
-def iter_document_batches(rows: Iterator[dict], spec: VocabSpec, batch_size: int, *, seed: int,
-                          buffer_rows: int) -> Iterator[DocumentBatch]:
-    """Buffer ``buffer_rows`` rows, sort them by length, cut batches (seeded batch order)."""
-    buffer: list[dict] = []
-    chunk = 0
-    for row in rows:
-        buffer.append(row)
-        if len(buffer) == buffer_rows:
-            yield from batch_documents(buffer, spec, batch_size, sort_by_length=True, seed=seed + chunk)
-            buffer, chunk = [], chunk + 1
-    if buffer:
-        yield from batch_documents(buffer, spec, batch_size, sort_by_length=True, seed=seed + chunk)
 
 
 def _shard_rows(shard, buffer_rows: int) -> Iterator[dict]:
     """Rows of a Ray Data shard as plain dicts (Arrow batches; ragged lists stay lists)."""
     for table in shard.iter_batches(batch_size=buffer_rows, batch_format="pyarrow"):
         yield from table.to_pylist()
-
-
-def inactive_like(step: SentenceBatch) -> SentenceBatch:
-    """A copy of a sentence step where every document is inactive (no target, zero loss)."""
-    blank = dataclasses.replace(
-        step,
-        mask=torch.zeros_like(step.mask),
-        lengths=torch.zeros_like(step.lengths),
-        doc_active=torch.zeros_like(step.doc_active),
-        new_doc=torch.zeros_like(step.new_doc),
-        doc_end=torch.zeros_like(step.doc_end),
-        target_kind=torch.zeros_like(step.target_kind),
-    )
-    return blank
-
-
-def pad_to_steps(batch: DocumentBatch, num_steps: int) -> DocumentBatch:
-    """``batch`` with inactive sentence steps appended up to ``num_steps`` steps."""
-    missing = num_steps - len(batch.sentences)
-    if missing <= 0:
-        return batch
-    blank = inactive_like(batch.sentences[-1])
-    return DocumentBatch(batch.sentences + [blank] * missing, batch.doc_ids, batch.num_tokens, batch.num_padded)
-
-
-def dummy_batch(spec: VocabSpec, num_steps: int) -> DocumentBatch:
-    """A one-document batch of ``num_steps`` inactive steps, for a rank that ran out of data."""
-    row = {"doc_id": "<inactive>", "source_file": "", "num_tokens": 2, "sentence_lengths": [2],
-           "word_ids": [spec.bos_id, spec.eos_id], "entity_ids": [0, 0],
-           "subword_ids": [spec.subword_pad_id, spec.subword_pad_id], "subword_lengths": [1, 1]}
-    template = collate_documents([row], spec)
-    blank = inactive_like(template.sentences[0])
-    return DocumentBatch([blank] * num_steps, ["<inactive>"], 0, 0)
-
-
-def _agree(values: list[float], device: torch.device, op=dist.ReduceOp.MAX) -> list[float]:
-    """All-reduce a few numbers (identity without a process group)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [float(v) for v in values]
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=op)
-    return tensor.tolist()
-
-
-def parameter_checksum(model: torch.nn.Module) -> float:
-    """Sum of every parameter in float64 (equal across ranks iff DDP kept them in sync)."""
-    with torch.no_grad():
-        return float(sum(p.detach().double().sum().item() for p in model.parameters()))
-
-
-def seed_everything(seed: int, epoch: int, rank: int) -> None:
-    """Seed torch's CPU and CUDA RNGs from (seed, epoch, rank): resumed epochs repeat exactly."""
-    torch.manual_seed(seed * 1_000_003 + epoch * 1009 + rank)
 
 
 def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) -> None:
@@ -215,85 +133,6 @@ def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) ->
     with fs.open_output_stream(marker) as out:
         out.write(f"injected at {time.time()}\n".encode())
     raise InjectedFault(f"fault injection: rank {rank} fails in epoch {epoch} (run.fail_at_epoch)")
-
-
-def reduce_evaluation(local: dict, device: torch.device) -> dict:
-    """Sum NLL and token counts of every metric category over the ranks; recompute perplexities.
-
-    Args:
-        local: :func:`dynlm.training.evaluate` of this rank's part of the validation set
-            (its ``nll_sum_<category>`` / ``count_<category>`` values).
-        device: where the collective runs (the rank's device: NCCL needs CUDA tensors).
-
-    Returns:
-        :meth:`MetricAccumulator.compute` of all ranks together, equal on every rank.
-    """
-    accumulator = MetricAccumulator()
-    for name in accumulator.nll_sum:
-        accumulator.nll_sum[name] = float(local[f"nll_sum_{name}"])
-        accumulator.count[name] = int(local[f"count_{name}"])
-    values = accumulator.as_tensor(device)
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
-    return MetricAccumulator.from_tensor(values).compute()
-
-
-def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg, batches: Iterator[DocumentBatch],
-                    spec: VocabSpec, device: torch.device, *, autocast_dtype=None, after_step=None) -> dict:
-    """One epoch of lockstep DDP steps (see the module docstring, "Uneven inputs").
-
-    Args:
-        model: the DDP-wrapped model (or the bare model with one worker).
-        batches: this rank's document batches.
-        autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
-        after_step: called after each step (fault injection hooks in here).
-
-    Returns:
-        This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
-        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run).
-    """
-    totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
-    iterator = iter(batches)
-    while True:
-        batch = next(iterator, None)
-        any_batch, max_steps = _agree([float(batch is not None), float(len(batch.sentences) if batch else 0)], device)
-        if not any_batch:
-            return totals
-        max_steps = int(max_steps)
-        if batch is None:
-            step_batch = dummy_batch(spec, max_steps)
-            totals["idle_batches"] += 1
-        else:
-            step_batch = pad_to_steps(batch, max_steps)
-        amp = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-        with amp:
-            out = train_step(model, step_batch, optimizer, cfg, scheduler=schedule)
-        totals["steps"] += out["steps"]
-        if batch is not None:
-            totals["nll_sum"] += out["nll_sum"]
-            totals["tokens"] += out["tokens"]
-            totals["num_padded"] += batch.num_padded
-            totals["documents"] += batch.batch_size
-        if after_step is not None:
-            after_step()
-
-
-def _gather(value: float, world_size: int, device: torch.device) -> list[float]:
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    if world_size == 1 or not dist.is_initialized():
-        return [value]
-    out = [torch.zeros_like(tensor) for _ in range(world_size)]
-    dist.all_gather(out, tensor)
-    return [float(t.item()) for t in out]
-
-
-def _gather_strings(value: str, world_size: int) -> list[str]:
-    """Every rank's ``value``, in rank order (identity without a process group)."""
-    if world_size == 1 or not dist.is_initialized():
-        return [value]
-    out: list = [None] * world_size
-    dist.all_gather_object(out, value)
-    return [str(item) for item in out]
 
 
 def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec: VocabSpec, source: str) -> None:
@@ -324,8 +163,49 @@ def _save_checkpoint(folder: Path, model, job: JobConfig, prepared: PreparedData
     (folder / "preprocessor.json").write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
 
 
+def _restore(core, optimizer, schedule, job: JobConfig, spec: VocabSpec) -> FitState:
+    """This attempt's starting point: Ray Train's latest checkpoint (a restarted attempt or a
+    resumed run), else a warm start from ``run.init_checkpoint`` (weights only), else epoch 0."""
+    import ray.train
+
+    restored = ray.train.get_checkpoint()
+    if restored is None:
+        if job.run.init_checkpoint:  # warm start (e.g. a retrain from the champion): weights only
+            load_initial_weights(core, job, spec, job.run.init_checkpoint)
+        return FitState()
+    with restored.as_directory() as folder:
+        loaded, model_cfg, _, extra = dynlm_checkpoint.load(Path(folder) / CHECKPOINT_FILE)
+    if model_cfg != job.model:
+        raise ValueError(f"checkpoint model config {model_cfg.to_dict()} differs from the job's "
+                         f"{job.model.to_dict()}; resume with the same model settings")
+    core.load_state_dict(loaded.state_dict())
+    optimizer.load_state_dict(extra["optimizer"])
+    schedule.load_state_dict(extra["schedule"])
+    return FitState.from_dict(extra["fit_state"])
+
+
+def _report_epoch(record: dict, state: FitState, *, rank: int, core, optimizer, schedule, job: JobConfig,
+                  prepared: PreparedData, settings: WorkerSettings) -> None:
+    """Rank 0 logs the epoch to MLflow and writes the checkpoint; every rank reports to Ray."""
+    import ray.train
+
+    if rank == 0 and settings.mlflow_run_id:
+        from pipelines import tracking
+
+        tracking.log_epoch_metrics(settings.mlflow_run_id, record["epoch"], record, tracking_uri=settings.tracking_uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            extra = {"fit_state": state.to_dict(), "optimizer": optimizer.state_dict(),
+                     "schedule": schedule.state_dict(), "job": job.to_dict(), "valid_ppl": record["valid_ppl"]}
+            _save_checkpoint(Path(tmp), core, job, prepared, extra)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(record, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{record['epoch']:04d}")
+
+
 def train_fn_per_worker(config: dict) -> dict | None:
-    """One DDP rank of a Ray Train V2 run (``train_loop_config`` = :class:`WorkerSettings` dict).
+    """One DDP rank of a Ray Train V2 run (``train_loop_config`` = :class:`WorkerSettings` dict):
+    restore, run :func:`dynlm.training.fit` on this rank's shard, report every epoch.
 
     Returns:
         On rank 0: ``{"history": [...], "param_checksums": [one per rank]}``; None elsewhere.
@@ -339,7 +219,6 @@ def train_fn_per_worker(config: dict) -> dict | None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
-    autocast_dtype = torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
     prepared = PreparedData.open(settings.prepared_root)
@@ -352,100 +231,39 @@ def train_fn_per_worker(config: dict) -> dict | None:
     optimizer = build_optimizer(core, cfg)
     schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
                           total_steps=settings.total_steps)
-    start_epoch, history, best_ppl, bad_epochs, stopped = 1, [], math.inf, 0, False
-
-    restored = ray.train.get_checkpoint()
-    if restored is not None:
-        with restored.as_directory() as folder:
-            loaded, model_cfg, _, extra = dynlm_checkpoint.load(Path(folder) / CHECKPOINT_FILE)
-        if model_cfg != job.model:
-            raise ValueError(f"checkpoint model config {model_cfg.to_dict()} differs from the job's "
-                             f"{job.model.to_dict()}; resume with the same model settings")
-        core.load_state_dict(loaded.state_dict())
-        optimizer.load_state_dict(extra["optimizer"])
-        schedule.load_state_dict(extra["schedule"])
-        start_epoch, history = extra["epoch"] + 1, list(extra["history"])
-        best_ppl, bad_epochs, stopped = extra["best_valid_ppl"], extra["bad_epochs"], extra["stopped"]
-    elif job.run.init_checkpoint:  # warm start (e.g. a retrain from the champion): weights only
-        load_initial_weights(core, job, spec, job.run.init_checkpoint)
-    node_ids = _gather_strings(ray.get_runtime_context().get_node_id(), world)
-
+    state = _restore(core, optimizer, schedule, job, spec)
+    first_epoch = state.epoch + 1  # of this attempt
+    node_ids = ",".join(all_gather_strings(ray.get_runtime_context().get_node_id()))
     batch_size = per_worker_batch_size(cfg.batch_size, world)
     buffer_rows = batch_size * SORT_BUFFER_BATCHES
     train_shard = ray.train.get_dataset_shard("train")
-    checksums = _gather(parameter_checksum(core), world, device)
 
-    for epoch in range(start_epoch, cfg.epochs + 1):
-        if stopped:
-            break
-        seed_everything(cfg.seed, epoch, rank)
-        started = time.perf_counter()
-        batches = iter_document_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
-                                        seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
-        fault = lambda: maybe_inject_fault(job.run, settings.run_dir, epoch, rank)  # noqa: E731
-        local = train_one_epoch(model, optimizer, schedule, cfg, batches, spec, device,
-                                autocast_dtype=autocast_dtype, after_step=fault)
-        fault()  # a rank without any batch still fails on cue
-        train_seconds = time.perf_counter() - started
-        nll, tokens, padded, docs, idle = _agree(
-            [local["nll_sum"], local["tokens"], local["num_padded"], local["documents"], local["idle_batches"]],
-            device, op=dist.ReduceOp.SUM)
+    def train_batches(epoch: int):
+        return iter_document_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
+                                     seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
 
-        valid_rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
-        valid_local = evaluate(core, iter_document_batches(valid_rows, spec, batch_size, seed=0,
-                                                            buffer_rows=buffer_rows))
-        valid = reduce_evaluation(valid_local, device)
-        if valid["tokens"] == 0:
-            raise ValueError("the validation split holds no tokens; prepare with valid_fraction > 0")
-        schedule.step_validation(valid["ppl"])
-        if valid["ppl"] < best_ppl:
-            best_ppl, bad_epochs = valid["ppl"], 0
-        else:
-            bad_epochs += 1
-        stopped = bool(cfg.early_stopping_patience and bad_epochs >= cfg.early_stopping_patience)
-        checksums = _gather(parameter_checksum(core), world, device)
-        record = {
-            "epoch": epoch,
-            "train_loss": nll / tokens if tokens else float("nan"),
-            "train_ppl": math.exp(min(nll / tokens, 700)) if tokens else float("nan"),
-            "train_tokens": int(tokens),
-            "train_documents": int(docs),
-            # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so
-            "train_documents_dropped": settings.num_train_documents - int(docs),
-            "train_padding_fraction": padded / (padded + tokens) if tokens else float("nan"),
-            "train_tokens_per_s": tokens / train_seconds,
-            "train_steps_per_rank": local["steps"],
-            "train_idle_batches": int(idle),
-            "train_seconds": train_seconds,
-            "lr": optimizer.param_groups[0]["lr"],
-            **{f"valid_{k}": v for k, v in valid.items() if not k.startswith(("nll_sum_", "count_"))},
-            "best_valid_ppl": best_ppl,
-            "param_checksum": checksums[0],
-            "param_checksum_spread": max(checksums) - min(checksums),
-            "stopped_early": float(stopped),
-            "worker_node_ids": ",".join(node_ids),  # Ray node of each rank (not an MLflow metric)
-        }
-        history.append(record)
-        if rank == 0 and record["train_documents_dropped"] and epoch == start_epoch:
+    def valid_batches():  # small: every rank streams it and evaluates its rows (no Ray Dataset)
+        rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
+        return iter_document_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows)
+
+    def on_epoch(epoch: int, record: dict) -> None:
+        # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so
+        record["train_documents_dropped"] = settings.num_train_documents - record["train_documents"]
+        record["worker_node_ids"] = node_ids  # Ray node of each rank (not an MLflow metric)
+        if rank == 0 and record["train_documents_dropped"] and epoch == first_epoch:
             print(f"[train] warning: {record['train_documents_dropped']} of {settings.num_train_documents} "
                   f"training documents are left out of every epoch (Ray Data's equal split over {world} "
                   "workers drops the remainder)", flush=True)
-        if rank == 0 and settings.mlflow_run_id:
-            from pipelines import tracking
+        _report_epoch(record, state, rank=rank, core=core, optimizer=optimizer, schedule=schedule, job=job,
+                      prepared=prepared, settings=settings)
 
-            tracking.log_epoch_metrics(settings.mlflow_run_id, epoch, record, tracking_uri=settings.tracking_uri)
-        with tempfile.TemporaryDirectory() as tmp:
-            checkpoint = None
-            if rank == 0:
-                extra = {"epoch": epoch, "history": history, "optimizer": optimizer.state_dict(),
-                         "schedule": schedule.state_dict(), "best_valid_ppl": best_ppl,
-                         "bad_epochs": bad_epochs, "stopped": stopped, "job": job.to_dict(),
-                         "train_config": cfg.to_dict(), "valid_ppl": valid["ppl"]}
-                _save_checkpoint(Path(tmp), core, job, prepared, extra)
-                checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(record, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{epoch:04d}")
+    hooks = FitHooks(rank=rank, spec=spec, restore_best=False,
+                     autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
+                     after_step=lambda epoch: maybe_inject_fault(job.run, settings.run_dir, epoch, rank))
+    summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
+                  hooks=hooks, on_epoch=on_epoch)
     if rank == 0:
-        return {"history": history, "param_checksums": checksums}
+        return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None
 
 

@@ -80,8 +80,9 @@ def run_local(job) -> int:
     from dynlm import checkpoint
     from dynlm.data.prepared import PreparedData, is_prepared
     from dynlm.models import build_model
+    from dynlm.data.batching import iter_document_batches
     from dynlm.training import fit, set_seed
-    from pipelines.train import SORT_BUFFER_BATCHES, iter_document_batches
+    from pipelines.train import SORT_BUFFER_BATCHES
 
     from pipelines.prepare import prepared_root
 

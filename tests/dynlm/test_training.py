@@ -96,8 +96,9 @@ def test_fit_restores_best_weights_and_callback_stops(tiny_spec, random_rows):
     seen = []
     cfg = TrainConfig(epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", warmup_steps=2)
     result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg,
-                 on_epoch=lambda epoch, record: seen.append(record) or epoch == 2)
+                 on_epoch=lambda epoch, record: seen.append(record) or epoch == 3)
     assert result["epochs_run"] == 3 and len(seen) == 3
+    assert [r["epoch"] for r in seen] == [1, 2, 3]  # one numbering everywhere: from 1
     best = min(r["valid_ppl"] for r in result["history"])
     assert result["best_valid_ppl"] == best
     assert evaluate(model, valid)["ppl"] == pytest.approx(best, rel=1e-6)
@@ -109,11 +110,51 @@ def test_fit_early_stopping(tiny_spec, random_rows):
     valid = list(batch_documents(random_rows(3, seed=7), tiny_spec, 3))
     model = _model(tiny_spec)
     # a huge SGD step makes validation worse after the first epoch
-    cfg = TrainConfig(epochs=6, lr=200.0, optimizer="sgd", grad_clip=0.0, lr_schedule="constant",
+    cfg = TrainConfig(epochs=6, lr=50.0, optimizer="sgd", grad_clip=0.0, lr_schedule="constant",
                       early_stopping_patience=2)
     result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg)
-    assert result["stopped_early"] and result["epochs_run"] < 6
-    assert result["epochs_run"] == result["best_epoch"] + 3
+    assert result["stopped_early"] and result["best_epoch"] == 1
+    assert result["epochs_run"] == result["best_epoch"] + 2  # patience 2 after the best epoch
+
+
+def test_fit_continued_from_its_state_equals_an_uninterrupted_fit(tiny_spec, random_rows):
+    """What a resumed Ray run relies on: weights + optimizer + schedule + FitState continue
+    the run exactly (per-epoch seeding makes the RNG streams independent of the interruption)."""
+    from dynlm.optim import LRSchedule, build_optimizer
+    from dynlm.training import FitHooks, FitState
+
+    rows = random_rows(6, seed=4)
+    valid = list(batch_documents(random_rows(3, seed=5), tiny_spec, 3))
+    cfg = TrainConfig(epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", early_stopping_patience=0)
+
+    def run(stop_at: int | None):
+        torch.manual_seed(0)
+        model = _model(tiny_spec)
+        optimizer = build_optimizer(model, cfg)
+        schedule = LRSchedule(optimizer, "cosine", total_steps=40)
+        state = FitState()
+        train = lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch)  # noqa: E731
+        hooks = FitHooks(restore_best=False)
+        fit(model, train, lambda: valid, cfg, optimizer=optimizer, schedule=schedule, state=state, hooks=hooks,
+            on_epoch=(lambda epoch, record: epoch == stop_at) if stop_at else None)
+        if stop_at:  # "restore" into fresh objects, as a restarted worker does
+            saved = (model.state_dict(), optimizer.state_dict(), schedule.state_dict(), state.to_dict())
+            model = _model(tiny_spec)
+            optimizer = build_optimizer(model, cfg)
+            schedule = LRSchedule(optimizer, "cosine", total_steps=40)
+            model.load_state_dict(saved[0])
+            optimizer.load_state_dict(saved[1])
+            schedule.load_state_dict(saved[2])
+            state = FitState.from_dict(saved[3])
+            fit(model, train, lambda: valid, cfg, optimizer=optimizer, schedule=schedule, state=state, hooks=hooks)
+        return model, state
+
+    straight, straight_state = run(None)
+    resumed, resumed_state = run(2)
+    assert [r["epoch"] for r in resumed_state.history] == [1, 2, 3, 4]
+    assert [r["valid_ppl"] for r in resumed_state.history] == [r["valid_ppl"] for r in straight_state.history]
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name  # bitwise: same ops in the same order on CPU
 
 
 def test_train_config_is_strict():

@@ -12,7 +12,8 @@ from pipelines.cli import build_parser
 from pipelines.commands.train import job_from_args
 from pipelines.config import JobConfig, RunSettings
 from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
-from pipelines.train import RAY_SNAPSHOT_FILE, per_worker_batch_size, resolve_run
+from dynlm.data.batching import per_worker_batch_size
+from pipelines.train import RAY_SNAPSHOT_FILE, resolve_run
 
 
 def test_default_job_is_small_and_round_trips():

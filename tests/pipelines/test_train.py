@@ -87,7 +87,7 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
     assert (best / "preprocessor.json").is_file()
     model, model_cfg, spec, extra = dynlm_checkpoint.load(best / "model.pt")
     assert model_cfg.embed_dim == 16 and spec == prepared.spec
-    assert extra["epoch"] == min(history, key=lambda r: r["valid_ppl"])["epoch"]
+    assert extra["fit_state"]["epoch"] == min(history, key=lambda r: r["valid_ppl"])["epoch"]
     assert baseline.best_valid_ppl == pytest.approx(min(r["valid_ppl"] for r in history))
     # MLflow: one value per epoch, logged by rank 0 only
     from mlflow import MlflowClient
@@ -146,7 +146,9 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     from dynlm.data.prepared import PreparedData
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
-    from pipelines.train import EveryParameterUsed, iter_document_batches, parameter_checksum, train_one_epoch
+    from dynlm.data.batching import iter_document_batches
+    from dynlm.distributed import EveryParameterUsed, parameter_checksum
+    from dynlm.training import train_one_epoch
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -160,7 +162,7 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     batches = list(iter_document_batches(iter(rows), prepared.spec, 2, seed=rank, buffer_rows=64))
     batches = batches[: batches_per_rank[rank]]
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), job.train, iter(batches),
-                             prepared.spec, torch.device("cpu"))
+                             torch.device("cpu"), spec=prepared.spec)
     Path(out, f"rank{rank}.txt").write_text(f"{parameter_checksum(core)!r} {totals['steps']} {totals['idle_batches']}")
     dist.destroy_process_group()
 
