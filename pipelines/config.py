@@ -12,14 +12,33 @@ Missing sections take their defaults, except ``data`` whose ``inputs`` must be g
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from dynlm import storage
 from dynlm.config import Config, ConfigError
 from dynlm.data.config import DataConfig
 from dynlm.models.config import ModelConfig
 from dynlm.training import TrainConfig
+
+STORAGE_ENV = "DYNLM_STORAGE_PATH"  # run.storage_path of every verb, e.g. s3://bucket/dynlm on a cluster
+
+
+def with_storage_env(overrides: list[str] | None) -> list[str]:
+    """``overrides`` with ``run.storage_path=$DYNLM_STORAGE_PATH`` put first when the variable is
+    set and no override names ``run.storage_path``.
+
+    Every verb that builds a job (train, run, tune, retrain) passes its ``section.key=value``
+    overrides through here, so the precedence is the same everywhere: a ``--set
+    run.storage_path=...`` beats the environment, which beats the job file (and the embedded
+    default). The job then records the storage it really used (MLflow logs it).
+    """
+    overrides = list(overrides or [])
+    value = os.environ.get(STORAGE_ENV)
+    if value and not any(o.startswith("run.storage_path=") for o in overrides):
+        overrides.insert(0, f"run.storage_path={value}")
+    return overrides
 
 
 @dataclass
@@ -34,6 +53,7 @@ class RunSettings(Config):
         cpus_per_worker: CPUs reserved per worker. Below 1 locally so Ray Data keeps CPU to
             stream the shards (a worker group that takes every CPU starves the ingest).
         storage_path: Ray Train storage (checkpoints); shared storage on a multi-node cluster.
+            ``$DYNLM_STORAGE_PATH`` replaces the job file's value (:func:`with_storage_env`).
         experiment: MLflow experiment name.
         tracking_uri: MLflow tracking URI (None: $MLFLOW_TRACKING_URI, else ./mlflow.db).
         max_failures: worker-group restarts before the run fails (each resumes from the
@@ -80,9 +100,7 @@ class RunSettings(Config):
 
     def storage_uri(self) -> str:
         """``storage_path`` as Ray wants it: URIs unchanged, local paths made absolute."""
-        if "://" in self.storage_path:
-            return self.storage_path
-        return str(Path(self.storage_path).expanduser().resolve())
+        return storage.absolute(self.storage_path)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.config import JobConfig
+from pipelines.config import JobConfig, with_storage_env
 
 SYNTH_DIR = "runs/synth"
 
@@ -64,7 +64,12 @@ def default_job(overrides: list[str] | None = None) -> JobConfig:
 
 
 def load_job(path: str | Path | None, overrides: list[str] | None = None) -> JobConfig:
-    """A job from a YAML file, or the embedded default when ``path`` is None."""
+    """A job from a YAML file, or the embedded default when ``path`` is None.
+
+    ``$DYNLM_STORAGE_PATH`` sets ``run.storage_path`` unless an override does
+    (:func:`pipelines.config.with_storage_env`).
+    """
+    overrides = with_storage_env(overrides)
     if path is None:
         return default_job(overrides)
     return JobConfig.from_yaml(path, overrides=overrides)

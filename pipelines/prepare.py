@@ -29,7 +29,6 @@ continuous range.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import posixpath
@@ -43,12 +42,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from dynlm import storage
 from dynlm.data.config import DataConfig
 from dynlm.data.fingerprint import input_listing
-from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared, is_uri, resolve
+from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.prepare_stages import DOC_STATS, EncodeDocuments, count_train_words, parse_files
@@ -78,15 +77,10 @@ class QuarantineError(RuntimeError):
 
 def _resolve_inputs(inputs: list[str]) -> list[str]:
     """Absolute local paths (Ray workers do not share the driver's cwd); URIs as given."""
-    resolved = []
-    for item in inputs:
-        if "://" in item:
-            resolved.append(item)
-            continue
-        path = Path(item).expanduser().resolve()
-        if not path.exists():
+    resolved = [storage.absolute(item) for item in inputs]
+    for item, path in zip(inputs, resolved):
+        if not storage.is_uri(item) and not storage.exists(path):
             raise FileNotFoundError(f"DataConfig.inputs: {item!r} does not exist (resolved to {path})")
-        resolved.append(str(path))
     return resolved
 
 
@@ -261,9 +255,9 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
 
 def prepared_root(output_root: str, name: str) -> Path | str:
     """``<output_root>/<name>``: an absolute local Path, or a URI string for a URI output root."""
-    if is_uri(output_root):
-        return f"{output_root.rstrip('/')}/{name}"
-    return Path(output_root).expanduser().resolve() / name
+    if storage.is_uri(output_root):
+        return storage.join(output_root, name)
+    return Path(storage.absolute(output_root)) / name
 
 
 def _encoding_sibling(output_root: str, cfg: DataConfig) -> PreparedData | None:
@@ -271,18 +265,15 @@ def _encoding_sibling(output_root: str, cfg: DataConfig) -> PreparedData | None:
     ``encoding_hash``: it differs at most in ``gamma``). Listed through the filesystem, so a
     URI root (``s3://...``) works like a local one."""
     wanted = cfg.encoding_hash()
-    filesystem, base = resolve(output_root)
+    filesystem, base = storage.resolve(output_root)
     matches = []
-    for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
-        if info.type != pafs.FileType.Directory or info.base_name.startswith("."):  # .tmp-* folders
-            continue
+    for name in storage.list_dirs(base, filesystem=filesystem):  # hidden .tmp-* folders skipped
         try:
-            with filesystem.open_input_stream(f"{info.path}/{MANIFEST}") as stream:
-                manifest = json.loads(stream.read())
+            manifest = json.loads(storage.read_bytes(f"{base}/{name}/{MANIFEST}", filesystem=filesystem))
         except (OSError, ValueError):  # no manifest (incomplete), or not ours: skip it
             continue
         if manifest.get("encoding_hash") == wanted:
-            matches.append(("derived_from" in manifest, info.base_name))
+            matches.append(("derived_from" in manifest, name))
     if not matches:
         return None
     return PreparedData.open(prepared_root(output_root, min(matches)[1]))  # a built folder first
@@ -327,9 +318,7 @@ def _write_manifest(out: Path, manifest: dict) -> None:
 def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | None:
     """Build into a temporary sibling folder of ``final``, then rename it into place, under a
     file lock: concurrent callers build it once. None when it was complete (a concurrent build)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent callers with the same folder wait here
+    with storage.lock(final):  # concurrent callers with the same folder wait here
         if (final / MANIFEST).exists():
             return None
         tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
@@ -355,13 +344,13 @@ def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None
     deterministic (byte-identical for the same config, tested), so the second upload rewrites
     the same bytes and the race is harmless, only wasted work. None when it was complete.
     """
-    filesystem, path = resolve(final)
-    if filesystem.get_file_info(f"{path}/{MANIFEST}").type == pafs.FileType.File:
+    filesystem, path = storage.resolve(final)
+    if storage.is_file(f"{path}/{MANIFEST}", filesystem=filesystem):
         return None
 
     def share(sibling: PreparedData, name: str) -> None:  # same store: a server-side copy
-        filesystem.create_dir(posixpath.dirname(f"{path}/{name}"), recursive=True)
-        filesystem.copy_file(f"{sibling.path}/{name}", f"{path}/{name}")
+        storage.copy(f"{sibling.path}/{name}", f"{path}/{name}", source_filesystem=sibling.filesystem,
+                     target_filesystem=filesystem)
 
     with tempfile.TemporaryDirectory(prefix="dynlm-prepare-") as tmp:
         out = Path(tmp)
@@ -369,10 +358,8 @@ def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None
         _write_manifest(out, manifest)
         files = sorted((p for p in out.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, p))
         for local in files:  # manifest.json last: it marks the folder complete
-            target = f"{path}/{local.relative_to(out).as_posix()}"
-            filesystem.create_dir(posixpath.dirname(target), recursive=True)
-            with filesystem.open_output_stream(target) as stream:
-                stream.write(local.read_bytes())
+            storage.write_bytes(f"{path}/{local.relative_to(out).as_posix()}", local.read_bytes(),
+                                filesystem=filesystem)
     return manifest
 
 
@@ -383,7 +370,7 @@ def publish(final: Path | str, make: Callable[[Path, Share], dict]) -> dict | No
     manifest; ``share`` puts an existing folder's shard into ``final`` without copying it through
     ``out``. Returns the manifest written, or None when ``final`` was already complete.
     """
-    return _publish_uri(final, make) if is_uri(final) else _publish_local(Path(final), make)
+    return _publish_uri(final, make) if storage.is_uri(final) else _publish_local(Path(final), make)
 
 
 def format_summary(counts: dict) -> str:

@@ -28,10 +28,8 @@ challenger's training run is its child.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import math
-import os
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -41,6 +39,7 @@ from typing import Literal
 
 import yaml
 
+from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
@@ -48,11 +47,10 @@ from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
-from pipelines.config import JobConfig
+from pipelines.config import JobConfig, with_storage_env
 from pipelines.retrain_data import file_listing, prepare_with_preprocessor
 
 EXIT_CONFLICT = 3
-STORAGE_ENV = "DYNLM_STORAGE_PATH"
 DECISIONS = ("promoted", "rejected", "conflict", "already_done", "failed")
 
 
@@ -240,7 +238,8 @@ def _champion_version(client, name: str):
 
 @contextmanager
 def registry_lock(uri: str, name: str):
-    """Exclusive file lock next to a SQLite store (one promotion at a time on this machine).
+    """Exclusive file lock next to a SQLite store (one promotion at a time on this machine):
+    :func:`dynlm.storage.lock` on ``<db folder>/.<name>.promotion.lock``.
 
     For a tracking server there is no shared file; the re-read of ``champion`` under this
     context (see :func:`retrain`) is then the only guard.
@@ -248,13 +247,8 @@ def registry_lock(uri: str, name: str):
     if not uri.startswith("sqlite:///"):
         yield None
         return
-    lock_path = Path(uri[len("sqlite:///"):]).with_name(f".{name}.promotion.lock")
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield lock_path
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with storage.lock(Path(uri[len("sqlite:///"):]).with_name(f"{name}.promotion")) as lock_file:
+        yield lock_file
 
 
 def find_finished_retrain(client, experiment_id: str, inputs_key: str, champion_version: str):
@@ -287,27 +281,19 @@ def challenger_job(cfg: RetrainConfig, champion_job: JobConfig, run_name: str, u
     data = champion_job.to_dict()
     data["data"].update(inputs=list(cfg.data.inputs), format=cfg.data.format,
                         output_root=cfg.data.output_root, num_encode_actors=cfg.data.num_encode_actors)
-    overrides = list(cfg.job_overrides)
-    if os.environ.get(STORAGE_ENV) and not any(o.startswith("run.storage_path=") for o in overrides):
-        overrides.insert(0, f"run.storage_path={os.environ[STORAGE_ENV]}")
-    job = JobConfig.from_dict(data).with_overrides(overrides)
+    job = JobConfig.from_dict(data).with_overrides(with_storage_env(cfg.job_overrides))
     return job.replace(run=job.run.replace(name=run_name, register=False, resume=False, fail_at_epoch=-1,
                                            tracking_uri=uri, init_checkpoint=None))
 
 
 def _write_init_checkpoint(job: JobConfig, model, model_cfg, spec) -> str:
     """Save the champion's weights where every Ray worker can read them (the run storage)."""
-    import pyarrow.fs as pafs
-
     from dynlm import checkpoint as dynlm_checkpoint
 
-    target = f"{job.run.storage_uri()}/{job.run.name}-init/model.pt"
+    target = storage.join(job.run.storage_uri(), f"{job.run.name}-init", "model.pt")
     with tempfile.TemporaryDirectory() as tmp:
         local = dynlm_checkpoint.save(Path(tmp) / "model.pt", model, model_cfg, spec, extra={"source": "champion"})
-        fs, path = pafs.FileSystem.from_uri(target)
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(path) as out:
-            out.write(local.read_bytes())
+        storage.copy(local, target)
     return target
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from dynlm import storage
 from dynlm.config import config_hash
 from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
@@ -34,29 +35,25 @@ from pipelines import prepare_stages as stages
 DOCUMENT_COLUMNS = ["doc_id", "source_file", "sentences", "mentions"]
 
 
-def _files_under(item: str) -> list[tuple[object, str, str]]:
-    """``(filesystem, path, name relative to item)`` of every file under ``item`` (sorted)."""
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(item if "://" in item else str(Path(item).expanduser().resolve()))
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"retrain input {item!r} does not exist")
-    if info.type == pafs.FileType.File:
-        return [(fs, path, info.base_name)]
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    files = sorted(i.path for i in infos if i.type == pafs.FileType.File
-                   and not any(part.startswith(".") for part in i.path[len(path):].split("/")))
-    return [(fs, f, f[len(path):].lstrip("/")) for f in files]
+def _input_files(item: str) -> list[str]:
+    """Every file of the input ``item`` (a file, or a folder: recursively, hidden files skipped),
+    sorted: absolute paths, or URIs for a URI input."""
+    try:
+        return storage.list_files(item)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"retrain input {item!r} does not exist") from None
 
 
 def file_listing(inputs: list[str]) -> list[tuple[str, str]]:
-    """``(name, sha256 of the bytes)`` of every file of ``inputs`` (hidden files skipped)."""
+    """``(name, sha256 of the bytes)`` of every file of ``inputs`` (hidden files skipped); the
+    name is ``<input index>:<path below the input>`` (the file name for an input file)."""
     listing = []
     for index, item in enumerate(inputs):
-        for fs, path, name in _files_under(item):
+        folder = storage.absolute(item).rstrip("/")
+        for path in _input_files(item):
+            name = path[len(folder):].lstrip("/") or path.rsplit("/", 1)[-1]  # a file: its name
             digest = hashlib.sha256()
-            with fs.open_input_stream(path) as stream:
+            with storage.open_read(path) as stream:
                 while chunk := stream.read(1 << 20):
                     digest.update(chunk)
             listing.append((f"{index}:{name}", digest.hexdigest()))
@@ -65,10 +62,7 @@ def file_listing(inputs: list[str]) -> list[tuple[str, str]]:
 
 def input_paths(inputs: list[str]) -> tuple[list[str], bool]:
     """Absolute paths / URIs of the input files, and whether they are Parquet documents."""
-    paths = []
-    for item in inputs:
-        for _, path, _ in _files_under(item):
-            paths.append(path if "://" not in item else f"{item.split('://')[0]}://{path}")
+    paths = [path for item in inputs for path in _input_files(item)]
     if not paths:
         raise ValueError(f"retrain inputs {inputs}: no file found")
     parquet = [p.endswith(".parquet") for p in paths]

@@ -34,6 +34,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
+from dynlm import storage
 from dynlm.data.prepared import PreparedData
 
 MODEL_NAME_PREFIX = "dynlm-"
@@ -80,7 +81,7 @@ def tracking_uri(explicit: str | None = None) -> str:
     uri = explicit or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri[len('sqlite:///'):]).resolve()}"
-    elif "://" not in uri:
+    elif not storage.is_uri(uri):
         raise ValueError(
             f"tracking URI {uri!r} is a bare path: MLflow's file store is deprecated; "
             f"use sqlite:///{Path(uri).resolve() / 'mlflow.db'} or an http(s):// server"
@@ -93,7 +94,7 @@ def artifact_root(uri: str) -> str | None:
     SQLite file (``<db folder>/mlartifacts``); None for servers (they choose)."""
     override = os.environ.get("DYNLM_MLFLOW_ARTIFACTS")
     if override:
-        return override if "://" in override else Path(override).resolve().as_uri()
+        return override if storage.is_uri(override) else Path(storage.absolute(override)).as_uri()
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
     return None

@@ -45,9 +45,10 @@ from typing import Any, Iterator
 import torch
 
 from dynlm import checkpoint as dynlm_checkpoint
+from dynlm import storage
 from dynlm.config import Config
 from dynlm.data.batching import iter_document_batches, per_worker_batch_size
-from dynlm.data.prepared import PreparedData, is_uri
+from dynlm.data.prepared import PreparedData
 from dynlm.distributed import EveryParameterUsed, all_gather_strings
 from dynlm.models import build_model
 from dynlm.optim import LRSchedule, build_optimizer
@@ -123,15 +124,10 @@ def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) ->
     """Raise :class:`InjectedFault` once (a marker file under ``run_dir`` remembers it)."""
     if run.fail_at_epoch != epoch or run.fail_rank != rank:
         return
-    import pyarrow.fs as pafs
-
-    fs, base = pafs.FileSystem.from_uri(run_dir)
-    marker = f"{base}/fault_injected_epoch{epoch}_rank{rank}"
-    if fs.get_file_info(marker).type != pafs.FileType.NotFound:
+    marker = storage.join(run_dir, f"fault_injected_epoch{epoch}_rank{rank}")
+    if storage.exists(marker):
         return
-    fs.create_dir(base, recursive=True)
-    with fs.open_output_stream(marker) as out:
-        out.write(f"injected at {time.time()}\n".encode())
+    storage.write_text(marker, f"injected at {time.time()}\n")
     raise InjectedFault(f"fault injection: rank {rank} fails in epoch {epoch} (run.fail_at_epoch)")
 
 
@@ -143,11 +139,9 @@ def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec: VocabSpec
     """
     with tempfile.TemporaryDirectory() as tmp:
         local = source
-        if "://" in source:
-            fs, path = _fs(source)
+        if storage.is_uri(source):
             local = str(Path(tmp) / CHECKPOINT_FILE)
-            with fs.open_input_stream(path) as src, open(local, "wb") as dst:
-                dst.write(src.read())
+            storage.copy(source, local)
         loaded, model_cfg, loaded_spec, _ = dynlm_checkpoint.load(local)
     if model_cfg != job.model:
         raise ValueError(f"run.init_checkpoint {source}: model config {model_cfg.to_dict()} differs "
@@ -291,17 +285,8 @@ def estimate_total_steps(prepared: PreparedData, cfg, world_size: int) -> int:
     return max(1, per_epoch * cfg.epochs)
 
 
-def _fs(uri: str):
-    import pyarrow.fs as pafs
-
-    return pafs.FileSystem.from_uri(uri)
-
-
 def _has_ray_run(run_dir: str) -> bool:
-    import pyarrow.fs as pafs
-
-    fs, path = _fs(run_dir)
-    return fs.get_file_info(f"{path}/{RAY_SNAPSHOT_FILE}").type != pafs.FileType.NotFound
+    return storage.exists(storage.join(run_dir, RAY_SNAPSHOT_FILE))
 
 
 def resolve_run(run: RunSettings, model_type: str) -> tuple[str, bool]:
@@ -311,43 +296,30 @@ def resolve_run(run: RunSettings, model_type: str) -> tuple[str, bool]:
     silently continues a run whose folder exists, so that is an error here. With ``resume``,
     the named run (or, without a name, the most recent run under storage_path) must exist.
     """
-    import pyarrow.fs as pafs
-
-    storage = run.storage_uri()
+    root = run.storage_uri()
     if not run.resume:
         name = run.name or f"{model_type}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        if _has_ray_run(f"{storage}/{name}"):
-            raise FileExistsError(f"run {name!r} already exists under {storage}; pass --resume to "
+        if _has_ray_run(storage.join(root, name)):
+            raise FileExistsError(f"run {name!r} already exists under {root}; pass --resume to "
                                   "continue it or choose another run.name")
         return name, False
     if run.name is not None:
-        if not _has_ray_run(f"{storage}/{run.name}"):
-            raise FileNotFoundError(f"--resume: no run {run.name!r} under {storage}")
+        if not _has_ray_run(storage.join(root, run.name)):
+            raise FileNotFoundError(f"--resume: no run {run.name!r} under {root}")
         return run.name, True
-    fs, base = _fs(storage)
-    runs = [info for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-            if info.type == pafs.FileType.Directory and _has_ray_run(f"{storage}/{info.base_name}")]
+    runs = [name for name in storage.list_dirs(root) if _has_ray_run(storage.join(root, name))]
     if not runs:
-        raise FileNotFoundError(f"--resume: no run with checkpoints under {storage}")
-    latest = max(runs, key=lambda info: fs.get_file_info(f"{info.path}/{RAY_SNAPSHOT_FILE}").mtime)
-    return latest.base_name, True
+        raise FileNotFoundError(f"--resume: no run with checkpoints under {root}")
+    return max(runs, key=lambda name: storage.mtime(storage.join(root, name, RAY_SNAPSHOT_FILE))), True
 
 
 def _write_run_info(run_dir: str, info: dict) -> None:
-    fs, path = _fs(run_dir)
-    fs.create_dir(path, recursive=True)
-    with fs.open_output_stream(f"{path}/{RUN_INFO_FILE}") as out:
-        out.write(json.dumps(info, indent=1).encode())
+    storage.write_text(storage.join(run_dir, RUN_INFO_FILE), json.dumps(info, indent=1))
 
 
 def _read_run_info(run_dir: str) -> dict | None:
-    import pyarrow.fs as pafs
-
-    fs, path = _fs(run_dir)
-    if fs.get_file_info(f"{path}/{RUN_INFO_FILE}").type == pafs.FileType.NotFound:
-        return None
-    with fs.open_input_stream(f"{path}/{RUN_INFO_FILE}") as stream:
-        return json.loads(stream.read().decode())
+    path = storage.join(run_dir, RUN_INFO_FILE)
+    return json.loads(storage.read_text(path)) if storage.exists(path) else None
 
 
 def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: WorkerSettings, *,
@@ -432,7 +404,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         run_id = tracking.start_training_run(job, prepared, parent_run_id=parent_run_id, run_name=name)
         _write_run_info(run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "data_hash": job.data.data_hash(), "job": job.to_dict()})
-    root = str(prepared.root) if is_uri(prepared.root) else prepared.path  # a URI, or an absolute path
+    root = storage.absolute(prepared.root)  # a URI, or an absolute path
     settings = WorkerSettings(
         job=job.to_dict(), prepared_root=root, run_dir=run_dir,
         mlflow_run_id=run_id, tracking_uri=uri, num_train_documents=prepared.num_documents("train"),
@@ -452,7 +424,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     if best is None:
         raise RuntimeError(f"run {name!r} reported no checkpoint")
     best_dir = best[0].path  # local storage: a folder; remote storage: download it first
-    if "://" in best_dir:
+    if storage.is_uri(best_dir):
         best_dir = best[0].to_directory()
     tracking.finish_training_run(run_id, best_dir, prepared, history, tracking_uri=uri)
     version = None

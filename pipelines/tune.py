@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynlm import storage
 from pipelines.search_space import SearchSpace, apply_params, data_configs, describe, from_resolved
 
 SIDECAR = "dynlm_search.json"
@@ -77,27 +78,8 @@ class SearchResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# Storage helpers (local folders and s3:// / gs:// through pyarrow, like Ray's own storage)
+# Where a search lives (local folders and s3:// / gs:// through dynlm.storage)
 # ---------------------------------------------------------------------------------------------
-
-
-def _fs_path(uri: str):
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSystem.from_uri(uri)
-
-
-def _write_text(uri: str, text: str) -> None:
-    fs, path = _fs_path(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as out:
-        out.write(text.encode("utf-8"))
-
-
-def _read_text(uri: str) -> str:
-    fs, path = _fs_path(uri)
-    with fs.open_input_stream(path) as stream:
-        return stream.read().decode("utf-8")
 
 
 def experiment_uri(storage_uri: str, experiment: str) -> str:
@@ -128,8 +110,7 @@ def prepare_all(space: SearchSpace) -> dict[str, str]:
         print(f"[tune] preparing data config {i}/{len(configs)} ({cfg.data_hash()}: "
               f"bpe_merges={cfg.bpe_merges}, gamma={cfg.gamma}, vocab_size={cfg.vocab_size})", flush=True)
         prepared = prepare(cfg, progress=False)
-        roots[cfg.data_hash()] = str(Path(prepared.root).resolve()) if "://" not in str(prepared.root) \
-            else str(prepared.root)
+        roots[cfg.data_hash()] = storage.absolute(prepared.root)
     return roots
 
 
@@ -137,9 +118,8 @@ def _absolute_base(space: SearchSpace, tracking: str) -> Any:
     """The base job with every local path absolute (trials run in other working directories)."""
     base = space.base
     data = base.data.to_dict()
-    data["inputs"] = [p if "://" in p else str(Path(p).resolve()) for p in data["inputs"]]
-    if "://" not in data["output_root"]:
-        data["output_root"] = str(Path(data["output_root"]).resolve())
+    data["inputs"] = [storage.absolute(p) for p in data["inputs"]]
+    data["output_root"] = storage.absolute(data["output_root"])
     run = base.run.to_dict()
     run["storage_path"] = base.run.storage_uri()
     run["tracking_uri"] = tracking
@@ -321,7 +301,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     parent_run_id = _start_parent_run(space, base, experiment, exp_uri, len(prepared))
     context = {"base": base.to_dict(), "search_keys": sorted(space.search), "prepared": prepared,
                "parent_run_id": parent_run_id, "experiment": experiment}
-    _write_text(f"{exp_uri}/{SIDECAR}", json.dumps(
+    storage.write_text(f"{exp_uri}/{SIDECAR}", json.dumps(
         {"space": space.to_dict(), "context": context, "tracking_uri": uri}, indent=1))
 
     tuner = tune.Tuner(
@@ -343,21 +323,22 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
 
     Args:
         experiment: the experiment name (under ``storage_path``) or its full path/URI.
-        storage_path: where experiments live (default: the embedded default ``run.storage_path``).
+        storage_path: where experiments live (default: ``$DYNLM_STORAGE_PATH``, else the embedded
+            default ``run.storage_path``).
     """
     from ray import tune
 
     from pipelines.config import RunSettings
 
     _init_ray()
-    if "://" in experiment or Path(experiment).is_dir():
-        exp_uri = experiment if "://" in experiment else str(Path(experiment).resolve())
+    if storage.is_uri(experiment) or storage.is_dir(experiment):
+        exp_uri = storage.absolute(experiment)
     else:
-        storage = RunSettings(storage_path=storage_path).storage_uri() if storage_path else \
+        root = RunSettings(storage_path=storage_path).storage_uri() if storage_path else \
             _default_storage_uri()
-        exp_uri = experiment_uri(storage, experiment)
+        exp_uri = experiment_uri(root, experiment)
     try:
-        saved = json.loads(_read_text(f"{exp_uri}/{SIDECAR}"))
+        saved = json.loads(storage.read_text(f"{exp_uri}/{SIDECAR}"))
     except (FileNotFoundError, OSError) as exc:
         raise FileNotFoundError(f"no dynlm search at {exp_uri} ({SIDECAR} missing): {exc}") from exc
     space = from_resolved(saved["space"])
@@ -371,9 +352,9 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
 
 
 def _default_storage_uri() -> str:
-    from pipelines.defaults import default_job
+    from pipelines.defaults import load_job
 
-    return default_job().run.storage_uri()
+    return load_job(None).run.storage_uri()  # honours $DYNLM_STORAGE_PATH
 
 
 def _param_space(space: SearchSpace) -> dict:

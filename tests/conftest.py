@@ -1,4 +1,4 @@
-"""Shared fixtures: one local Ray per test session, MLflow on SQLite, the shared corpora."""
+"""Shared fixtures: one local Ray per test session, MLflow on SQLite, a moto S3 bucket, the shared corpora."""
 
 from __future__ import annotations
 
@@ -41,6 +41,27 @@ def mlflow_uri(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DYNLM_MLFLOW_ARTIFACTS", str(tmp_path / "mlartifacts"))
     return uri
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """A moto S3 server on 127.0.0.1 with an empty bucket ``dynlm``; yields ``s3://dynlm/prepared``.
+
+    pyarrow reaches it through the AWS environment variables (set for this test only). Skipped
+    without the dev extra (moto[server]).
+    """
+    server_module = pytest.importorskip("moto.server", reason="moto[server] not installed (dev extra)")
+    boto3 = pytest.importorskip("boto3")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3").create_bucket(Bucket="dynlm")
+    yield "s3://dynlm/prepared"
+    server.stop()
 
 
 def _shared(name: str) -> Path:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from dynlm import storage
 
 SKIPPED_PREFIXES = (".", "_")  # Ray Data's default exclude_prefixes for folder listings
 _CHUNK = 1 << 20
@@ -73,10 +74,7 @@ def input_listing(inputs: list[str]) -> list[list]:
     """
     listing: list[list] = []
     for index, item in enumerate(inputs):
-        if "://" in item:  # a URI (s3://, gs://, file://)
-            filesystem, path = pafs.FileSystem.from_uri(item)
-        else:
-            filesystem, path = pafs.LocalFileSystem(), str(Path(item).expanduser().resolve())
+        filesystem, path = storage.resolve(item)
         local = isinstance(filesystem, pafs.LocalFileSystem)  # a path, or a file:// URI
         for info in _files_of(filesystem, path, item):
             name = info.base_name if info.path == path else info.path[len(path.rstrip("/")) + 1:]

@@ -8,13 +8,15 @@ Layout (docs/ARCHITECTURE.md)::
     <root>/quarantine/*.parquet QUARANTINE_SCHEMA rows
 
 ``root`` is a local folder or a URI of any filesystem pyarrow knows (``s3://bucket/prepared/<hash>``,
-``gs://...``, ``file:///...``); every read goes through that ``pyarrow.fs`` filesystem. A folder
+``gs://...``, ``file:///...``); every read goes through :mod:`dynlm.storage` on that folder's
+``pyarrow.fs`` filesystem (resolved once, when the folder is opened). A folder
 without manifest.json is incomplete (the manifest is always written last).
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from dynlm import storage
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA
 from dynlm.vocab_spec import VocabSpec
@@ -30,25 +33,12 @@ SPLITS = ("train", "valid", "test")
 MANIFEST = "manifest.json"
 
 
-def is_uri(root: str | Path) -> bool:
-    """True for ``scheme://...`` (object stores, ``file://``); False for a local path."""
-    return "://" in str(root)
-
-
-def resolve(root: str | Path) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, path inside it)`` of a local path (made absolute) or a URI."""
-    if is_uri(root):
-        return pafs.FileSystem.from_uri(str(root).rstrip("/"))
-    return pafs.LocalFileSystem(), str(Path(root).expanduser().resolve())
-
-
 def is_prepared(root: str | Path) -> bool:
     """Whether ``root`` holds a manifest.json (a complete prepared folder)."""
     try:
-        filesystem, path = resolve(root)
+        return storage.is_file(storage.join(root, MANIFEST))
     except (OSError, ValueError):  # an unknown scheme, or a bucket that cannot be reached
         return False
-    return filesystem.get_file_info(f"{path}/{MANIFEST}").type == pafs.FileType.File
 
 
 class PreparedData:
@@ -64,7 +54,7 @@ class PreparedData:
         self.manifest = manifest
         self.preprocessor = preprocessor
         if filesystem is None:
-            filesystem, path = resolve(root)
+            filesystem, path = storage.resolve(root)
         self.filesystem = filesystem
         self.path = path
 
@@ -76,25 +66,21 @@ class PreparedData:
             FileNotFoundError: no manifest.json (the folder was not prepared, or not finished).
             ValueError: the manifest lacks a required key.
         """
-        root = root.rstrip("/") if is_uri(root) else Path(root)
-        filesystem, path = resolve(root)
-        if filesystem.get_file_info(f"{path}/{MANIFEST}").type != pafs.FileType.File:
+        root = root.rstrip("/") if storage.is_uri(root) else Path(root)
+        filesystem, path = storage.resolve(root)
+        if not storage.is_file(f"{path}/{MANIFEST}", filesystem=filesystem):
             raise FileNotFoundError(f"{root}/{MANIFEST} not found: {root} is not a prepared data folder")
-        manifest = json.loads(cls._read(filesystem, f"{path}/{MANIFEST}"))
+        manifest = json.loads(storage.read_bytes(f"{path}/{MANIFEST}", filesystem=filesystem))
         missing = [k for k in ("preprocessor", "splits") if k not in manifest]
         if missing:
             raise ValueError(f"{root}/{MANIFEST}: missing keys {missing}")
-        preprocessor = Preprocessor.from_json(cls._read(filesystem, f"{path}/{manifest['preprocessor']}").decode())
+        preprocessor = Preprocessor.from_json(
+            storage.read_text(f"{path}/{manifest['preprocessor']}", filesystem=filesystem))
         return cls(root, manifest, preprocessor, filesystem, path)
-
-    @staticmethod
-    def _read(filesystem: pafs.FileSystem, path: str) -> bytes:
-        with filesystem.open_input_stream(path) as stream:
-            return stream.read()
 
     def read_bytes(self, name: str) -> bytes:
         """The bytes of the file ``<root>/<name>`` (e.g. ``"preprocessor.json"``)."""
-        return self._read(self.filesystem, f"{self.path}/{name}")
+        return storage.read_bytes(f"{self.path}/{name}", filesystem=self.filesystem)
 
     @property
     def spec(self) -> VocabSpec:
@@ -106,10 +92,9 @@ class PreparedData:
 
     def _parquet(self, folder: str) -> list[str]:
         """Names (relative to root) of the ``*.parquet`` files of ``folder``, sorted."""
-        selector = pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True)
-        infos = self.filesystem.get_file_info(selector)
-        return sorted(f"{folder}/{i.base_name}" for i in infos
-                      if i.type == pafs.FileType.File and i.base_name.endswith(".parquet"))
+        files = storage.list_files(f"{self.path}/{folder}", recursive=False, missing_ok=True,
+                                   filesystem=self.filesystem)
+        return [f"{folder}/{posixpath.basename(f)}" for f in files if f.endswith(".parquet")]
 
     def shard_names(self) -> list[str]:
         """Every Parquet file of the folder (splits and quarantine), relative to root, sorted."""

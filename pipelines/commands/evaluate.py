@@ -70,9 +70,10 @@ def load_any_model(model: str, tracking_uri: str | None = None):
     """``(model, model_cfg, spec, preprocessor or None)`` from a model URI or a checkpoint path."""
     from dynlm import checkpoint
     from dynlm.data.preprocessor import Preprocessor
+    from dynlm.storage import is_uri
     from pipelines import tracking
 
-    if "://" in model or model.startswith(("models:/", "runs:/")):
+    if is_uri(model) or model.startswith(("models:/", "runs:/")):
         return tracking.load_model(model, tracking_uri=tracking_uri)
     path = tracking.find_checkpoint_file(model)
     torch_model, model_cfg, spec, _extra = checkpoint.load(path)
@@ -107,9 +108,11 @@ def open_prepared(root: str, spec, preprocessor):
 
 
 def _raw_files(paths: list[str]) -> list[Path]:
+    from dynlm.storage import is_uri
+
     files: list[Path] = []
     for item in paths:
-        if "://" in item:
+        if is_uri(item):
             raise ValueError(f"{item}: raw inputs must be local paths here (prepare remote data with "
                              "`dynlm prepare` and pass the prepared folder)")
         path = Path(item)

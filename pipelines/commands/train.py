@@ -75,9 +75,11 @@ def run(args) -> int:
 
 def run_local(job) -> int:
     """Single-process training for debugging: the same data, batching and model, no Ray Train."""
+    import tempfile
+
     import torch
 
-    from dynlm import checkpoint
+    from dynlm import checkpoint, storage
     from dynlm.data.prepared import PreparedData, is_prepared
     from dynlm.models import build_model
     from dynlm.data.batching import iter_document_batches
@@ -109,9 +111,12 @@ def run_local(job) -> int:
 
     summary = fit(model, train_batches, valid_batches, cfg,
                   on_epoch=lambda epoch, record: print(_format_record(record), flush=True))
-    out = Path(job.run.storage_uri()) / (job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}")
-    path = checkpoint.save(out / "model.pt", model, job.model, spec,
-                           extra={"history": summary["history"], "job": job.to_dict()})
+    name = job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = storage.join(job.run.storage_uri(), name, "model.pt")  # run.storage_path may be a URI
+    with tempfile.TemporaryDirectory() as tmp:
+        local = checkpoint.save(Path(tmp) / "model.pt", model, job.model, spec,
+                                extra={"history": summary["history"], "job": job.to_dict()})
+        storage.copy(local, path)
     print(f"[train --local] best valid ppl {summary['best_valid_ppl']:.2f} (epoch {summary['best_epoch']}); "
           f"checkpoint {path}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))

@@ -13,7 +13,7 @@ examples:
   dynlm tune --resume my-search                                # after Ctrl-C: finished trials are kept
 
 environment: MLFLOW_TRACKING_URI (tracking server), DYNLM_STORAGE_PATH (run.storage_path, e.g.
-s3://bucket/dynlm on a cluster; a --set run.storage_path wins).
+s3://bucket/dynlm on a cluster; a --set run.storage_path or --storage-path wins).
 
 exit status: 0 when at least one trial finished (failed trials are listed with their error);
 1 when none did; 2 for a bad space file; 3 when interrupted (continue with --resume).
@@ -40,12 +40,10 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-STORAGE_ENV = "DYNLM_STORAGE_PATH"
-
-
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from pipelines.config import with_storage_env
     from pipelines.search_space import SearchSpaceError, load_search_space
     from pipelines.tune import resume_search, run_search
 
@@ -56,11 +54,9 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("dynlm tune --resume: --set and --name cannot change a search being resumed")
         if args.tracking_uri:
             os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
-        result = resume_search(args.resume, storage_path=args.storage_path or os.environ.get(STORAGE_ENV))
+        result = resume_search(args.resume, storage_path=args.storage_path)  # None: $DYNLM_STORAGE_PATH
     else:
-        overrides = list(args.overrides)
-        if os.environ.get(STORAGE_ENV) and not any(o.startswith("run.storage_path=") for o in overrides):
-            overrides.insert(0, f"run.storage_path={os.environ[STORAGE_ENV]}")
+        overrides = with_storage_env(args.overrides)
         if args.tracking_uri:
             overrides.append(f"run.tracking_uri={args.tracking_uri}")
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from pipelines.config import JobConfig, RunSettings
 from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
 from dynlm.data.batching import per_worker_batch_size
 from pipelines.train import RAY_SNAPSHOT_FILE, resolve_run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_default_job_is_small_and_round_trips():
@@ -116,3 +119,33 @@ def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
     assert resolve_run(RunSettings(storage_path=str(storage), resume=True), "dntm") == ("newer", True)
     with pytest.raises(FileNotFoundError, match="'nope'"):
         resolve_run(RunSettings(storage_path=str(storage), name="nope", resume=True), "dntm")
+
+
+def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
+    from pipelines.config import STORAGE_ENV, with_storage_env
+    from pipelines.retrain import RetrainConfig, challenger_job
+    from pipelines.search_space import load_search_space
+    from pipelines.tune import _default_storage_uri
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    assert load_job(None).run.storage_path == "runs/ray" and with_storage_env(None) == []
+    monkeypatch.setenv(STORAGE_ENV, "s3://bucket/dynlm")
+    assert with_storage_env(["train.lr=0.1"]) == ["run.storage_path=s3://bucket/dynlm", "train.lr=0.1"]
+    # train and run (load_job), the job file included: the environment beats the file ...
+    path = tmp_path / "job.yaml"
+    path.write_text(DEFAULT_JOB_YAML.replace("storage_path: runs/ray", "storage_path: runs/other"))
+    assert load_job(path).run.storage_path == "s3://bucket/dynlm"
+    assert job_from_args(build_parser().parse_args(["train"])).run.storage_uri() == "s3://bucket/dynlm"
+    # ... and a --set beats the environment
+    args = build_parser().parse_args(["run", "--set", f"run.storage_path={tmp_path}"])
+    assert load_job(args.config, args.overrides).run.storage_path == str(tmp_path)
+    # tune: the space's base job, and where --resume looks for an experiment by name
+    space = load_search_space(REPO / "tune_spaces" / "quickstart.yaml", with_storage_env([]))
+    assert space.base.run.storage_path == "s3://bucket/dynlm"
+    assert _default_storage_uri() == "s3://bucket/dynlm"
+    # retrain: the challenger's job (the champion's job had its own storage path)
+    cfg = RetrainConfig.from_dict({"data": {"inputs": ["new"]}, "validation": "valid"})
+    champion = default_job([f"run.storage_path={tmp_path / 'old'}"])
+    assert challenger_job(cfg, champion, "r1", "sqlite:///x.db").run.storage_path == "s3://bucket/dynlm"
+    cfg = cfg.replace(job_overrides=["run.storage_path=gs://other/x"])
+    assert challenger_job(cfg, champion, "r1", "sqlite:///x.db").run.storage_path == "gs://other/x"

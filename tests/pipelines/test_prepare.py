@@ -252,24 +252,6 @@ def test_prepare_into_a_file_uri(built, tmp_path, capsys):
     assert read.count() == remote.num_documents("train") == built.num_documents("train")
 
 
-@pytest.fixture
-def s3_bucket(monkeypatch):
-    """A moto S3 server on 127.0.0.1 with an empty bucket; pyarrow reaches it through the AWS
-    environment variables (the driver writes the prepared folder, Ray workers never do)."""
-    server_module = pytest.importorskip("moto.server", reason="moto[server] not installed (dev extra)")
-    boto3 = pytest.importorskip("boto3")
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
-        monkeypatch.setenv(key, value)
-    boto3.client("s3").create_bucket(Bucket="dynlm")
-    yield "s3://dynlm/prepared"
-    server.stop()
-
-
 def test_prepare_into_s3(built, s3_bucket, capsys):
     remote = _check_uri_output(built, s3_bucket, capsys)
     assert remote.filesystem.type_name == "s3"

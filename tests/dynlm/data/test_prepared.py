@@ -7,7 +7,8 @@ import pytest
 
 from dynlm.data.config import DataConfig
 from dynlm.data.local_prepare import prepare_local
-from dynlm.data.prepared import PreparedData, is_prepared, is_uri
+from dynlm.data.prepared import PreparedData, is_prepared
+from dynlm.storage import is_uri
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.synth import SynthConfig, write_conll
 
