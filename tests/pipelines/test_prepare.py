@@ -258,13 +258,16 @@ def test_config_splits_win_over_names_through_the_cli(ray_session, named_corpus,
     assert by_folder == {"train": {"train"}, "valid": {"test"}, "test": {"valid"}}
 
 
-def test_mixed_named_and_unnamed_inputs_fail_before_writing(ray_session, named_corpus, tmp_path):
+def test_mixed_named_and_unnamed_inputs_fail_before_writing(ray_session, named_corpus, tmp_path, capsys):
+    """Through the CLI: one line on stderr (what to do), exit code 2, nothing written."""
     extra = tmp_path / "extra"
     write_conll(SynthConfig(num_documents=2, seed=24, docs_per_file=2), extra)
-    cfg = DataConfig(inputs=[str(named_corpus), str(extra)], output_root=str(tmp_path / "out"), **SETTINGS)
-    with pytest.raises(SplitRuleError, match=rf"mix files whose path names their split .* name none "
-                                             rf"\({extra}/synth_000.conll\)"):
-        prepare(cfg, progress=False)
+    args = ["prepare", "--input", str(named_corpus), "--input", str(extra), "--output-root", str(tmp_path / "out"),
+            "--no-progress", "--set", "bpe_merges=10"]
+    assert main(args) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("dynlm prepare:")]
+    assert line.startswith("dynlm prepare: the inputs mix files whose path names their split (e.g. ")
+    assert f"name none ({extra}/synth_000.conll)" in line and "Pass only the named files" in line
     assert not [p for p in (tmp_path / "out").iterdir() if p.is_dir()]  # nothing published, no temporary folder
 
 
