@@ -181,11 +181,12 @@ def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mappin
     named = [p for p, (rule, _) in rules.items() if rule == "named"]
     unnamed = [p for p, (rule, _) in rules.items() if rule == "hash"]
     if named and unnamed:
+        only_named = (" ".join(f"--input {p}" for p in sorted(named)) if len(named) <= 3
+                      else "e.g. their train/valid/test folders")
         raise SplitRuleError(
             f"the inputs mix files whose path names their split (e.g. {sorted(named)[0]}) with files "
             f"that name none ({_examples(unnamed)}): a hash split of the latter would change the named "
-            "valid/test sets. Pass only the named files (e.g. --input .../wiki.train.tokens --input "
-            ".../wiki.valid.tokens --input .../wiki.test.tokens), or give every file's split in "
+            f"valid/test sets. Pass only the named files ({only_named}), or give every file's split in "
             "data.splits, or prepare the unnamed files on their own (hash split)")
     rule = "config" if splits else "named" if named else "hash"
     if rule != "hash" and "train" not in document_splits:

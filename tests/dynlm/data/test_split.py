@@ -84,8 +84,12 @@ def test_mixed_named_and_unnamed_inputs_are_an_error_that_says_what_to_do():
     files = ["/wt2/wiki.train.tokens", "/wt2/wiki.valid.tokens", "/wt2/README", "/wt2/SOURCE.md"]
     with pytest.raises(SplitRuleError, match=r"mix files whose path names their split \(e.g. "
                                              r"/wt2/wiki.train.tokens\) with files that name none "
-                                             r"\(/wt2/README, /wt2/SOURCE.md\).*Pass only the named files"):
+                                             r"\(/wt2/README, /wt2/SOURCE.md\).*Pass only the named files "
+                                             r"\(--input /wt2/wiki.train.tokens --input /wt2/wiki.valid.tokens\)"):
         check_split_rule(files, ["/wt2"], {}, ["train", "valid"])
+    many = [f"/c/train/{i}.conll" for i in range(4)] + ["/c/extra.conll"]
+    with pytest.raises(SplitRuleError, match=r"Pass only the named files \(e.g. their train/valid/test folders\)"):
+        check_split_rule(many, ["/c"], {}, ["train"])
 
 
 @pytest.mark.parametrize("files, splits, doc_splits, message", [
