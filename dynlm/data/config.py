@@ -10,7 +10,8 @@ from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.split import SPLITS, path_parts
 
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
-DATA_FORMAT_VERSION = 1
+# 2: inputs that name their split (wiki.train.tokens, development/) keep it instead of a hash split.
+DATA_FORMAT_VERSION = 2
 
 # Fields that change where/how fast the data is written, not what is written.
 _NOT_HASHED = ("output_root", "num_encode_actors")
