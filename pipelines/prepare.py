@@ -153,10 +153,10 @@ def _check_documents(meta: pa.Table | None, cfg: DataConfig) -> None:
         seen[doc_id] = source
 
 
-def _resolve_splits(cfg: DataConfig) -> DataConfig:
+def _with_absolute_paths(cfg: DataConfig) -> DataConfig:
     """``cfg`` with absolute ``inputs`` and ``splits`` paths, as Ray Data's rows name the files
     (the workers read a file's split from its path below its input: dynlm/data/split.py)."""
-    splits = {split: [item if "://" in item else str(Path(item).expanduser().resolve()) for item in paths]
+    splits = {split: [item if is_uri(item) else str(Path(item).expanduser().resolve()) for item in paths]
               for split, paths in cfg.splits.items()}
     return cfg.replace(inputs=_resolve_inputs(cfg.inputs), splits=splits)
 
@@ -233,7 +233,7 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
         timings[stage] = round(time.perf_counter() - clock, 3)
         clock = time.perf_counter()
 
-    resolved = _resolve_splits(cfg)
+    resolved = _with_absolute_paths(cfg)
     files = ray.data.read_binary_files(resolved.inputs, include_paths=True)
     parsed = (
         files.map_batches(parse_files, batch_format="pyarrow", batch_size=1,

@@ -11,6 +11,7 @@ The building blocks (:func:`input_files`, :func:`split_and_anonymize`, :func:`en
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -88,11 +89,11 @@ def prepare_local(cfg: DataConfig, root: str | Path | None = None) -> PreparedDa
     by_split: dict[str, list[dict]] = {split: [] for split in SPLITS}
     quarantined: list[dict] = []
     stats = empty_stats()
-    inputs = [str(Path(item).expanduser().resolve()) for item in cfg.inputs]  # compared like the files
-    splits = {split: [str(Path(item).expanduser().resolve()) for item in paths] for split, paths in cfg.splits.items()}
+    inputs = [os.path.abspath(item) for item in cfg.inputs]  # absolute like the files (links kept)
+    splits = {split: [os.path.abspath(item) for item in paths] for split, paths in cfg.splits.items()}
     document_files: list[str] = []
     for path in input_files(cfg.inputs):
-        _, file_level_split = file_split(str(path.resolve()), inputs, splits)
+        _, file_level_split = file_split(os.path.abspath(path), inputs, splits)
         for item in parse_file(path.read_bytes(), str(path), cfg.format, lines_per_document=cfg.lines_per_document):
             if isinstance(item, Quarantined):
                 quarantined.append(item.to_dict())
@@ -102,7 +103,7 @@ def prepare_local(cfg: DataConfig, root: str | Path | None = None) -> PreparedDa
                 stats[key] += value
             if anonymized is not None:
                 by_split[split].append(anonymized)
-                document_files.append(str(path.resolve()))
+                document_files.append(os.path.abspath(path))
     split_rule = check_split_rule(document_files, inputs, splits,
                                   [split for split, docs in by_split.items() if docs])
     if not by_split["train"]:
