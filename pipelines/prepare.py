@@ -3,8 +3,9 @@
 Stages (one Ray Dataset flows through them; raw text never comes back to the driver)::
 
     read_binary_files(inputs, include_paths=True)       one row per input file
-    map_batches(parse_files)                            parse_file -> anonymize -> assign_split
+    map_batches(parse_files)                            parse_file -> anonymize -> split
                                                         (documents and quarantine records, one table)
+    --- driver: one split rule for all files (named / config / hash, dynlm/data/split.py) ---
     map_batches(count_train_words).groupby("word").sum("count")    word counts of the TRAIN split
     --- driver: Preprocessor.fit(word counts) (vocabulary + short list + BPE), saved as JSON ---
     map_batches(EncodeDocuments, ActorPoolStrategy)     each actor loads the preprocessor JSON once
@@ -50,6 +51,7 @@ from dynlm.data.fingerprint import input_listing
 from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.split import check_split_rule
 from pipelines.prepare_stages import DOC_STATS, EncodeDocuments, count_train_words, parse_files
 
 SPLITS = ("train", "valid", "test")
@@ -147,6 +149,21 @@ def _check_documents(meta: pa.Table | None, cfg: DataConfig) -> None:
         seen[doc_id] = source
 
 
+def _with_absolute_paths(cfg: DataConfig) -> DataConfig:
+    """``cfg`` with absolute ``inputs`` and ``splits`` paths, as Ray Data's rows name the files
+    (the workers read a file's split from its path below its input: dynlm/data/split.py)."""
+    splits = {split: [item if is_uri(item) else str(Path(item).expanduser().resolve()) for item in paths]
+              for split, paths in cfg.splits.items()}
+    return cfg.replace(inputs=_resolve_inputs(cfg.inputs), splits=splits)
+
+
+def _check_split_rule(meta: pa.Table, resolved: DataConfig) -> str:
+    """The split rule all documents followed (``named`` / ``config`` / ``hash``), or SplitRuleError."""
+    documents = meta.filter(pc.equal(meta["kind"], "document"))
+    return check_split_rule(documents["source_file"].to_pylist(), resolved.inputs, resolved.splits,
+                            documents["split"].to_pylist())
+
+
 def _train_word_counts(parsed, ray) -> dict[str, int]:
     """Word counts of the train split: per-batch value counts, then a Ray Data groupby-sum."""
     num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
@@ -212,14 +229,17 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
         timings[stage] = round(time.perf_counter() - clock, 3)
         clock = time.perf_counter()
 
-    files = ray.data.read_binary_files(_resolve_inputs(cfg.inputs), include_paths=True)
+    resolved = _with_absolute_paths(cfg)
+    files = ray.data.read_binary_files(resolved.inputs, include_paths=True)
     parsed = (
-        files.map_batches(parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": cfg.to_dict()})
+        files.map_batches(parse_files, batch_format="pyarrow", batch_size=1,
+                          fn_kwargs={"cfg_dict": resolved.to_dict()})
         .repartition(target_num_rows_per_block=DOCS_PER_BLOCK)
         .materialize()
     )
     meta = _collect(parsed.drop_columns(["sentences"]))  # one small row per document, no text
     _check_documents(meta, cfg)
+    split_rule = _check_split_rule(meta, resolved)
     lap("read_parse_anonymize")
     word_counts = _train_word_counts(parsed, ray)
     lap("count_words")
@@ -245,6 +265,7 @@ def _run_job(cfg: DataConfig, out: Path, ray) -> dict:
         "encoding_hash": cfg.encoding_hash(),
         "inputs": input_listing(cfg.inputs),  # [name, size, digest] per file: what the key covers
         "counts": counts,
+        "split_rule": split_rule,
         "preprocessor": "preprocessor.json",
         "splits": {split: split for split in SPLITS},
         "quarantine": "quarantine",
@@ -373,9 +394,17 @@ def publish(final: Path | str, make: Callable[[Path, Share], dict]) -> dict | No
     return _publish_uri(final, make) if storage.is_uri(final) else _publish_local(Path(final), make)
 
 
-def format_summary(counts: dict) -> str:
-    """The end-of-job table of the manifest counts."""
-    lines = [f"{'':28s}{'train':>12s}{'valid':>12s}{'test':>12s}"]
+SPLIT_RULE_TEXT = {
+    "named": "named: the split each input's file/folder names (train, valid/dev, test)",
+    "config": "config: the input paths listed in data.splits",
+    "hash": "hash: unsplit inputs, a hash of each document id (valid/test_fraction)",
+}
+
+
+def format_summary(counts: dict, split_rule: str) -> str:
+    """The end-of-job table of the manifest counts, after the split rule that was used."""
+    lines = [f"{'split rule':28s}{SPLIT_RULE_TEXT[split_rule]}",
+             f"{'':28s}{'train':>12s}{'valid':>12s}{'test':>12s}"]
     for key in ("documents", "sentences", "tokens"):
         lines.append(f"{key:28s}" + "".join(f"{counts[key][s]:>12,d}" for s in SPLITS))
     for key, label in (("chains", "chains"), ("anonymized_mentions", "anonymized mentions"),
@@ -450,6 +479,6 @@ def prepare(cfg: DataConfig, *, strict: bool = False, progress: bool = True, bui
     else:
         print(f"prepare: wrote {final} in {manifest['timings_s']['build']:.1f} s")
     prepared = PreparedData.open(final)
-    print(format_summary(prepared.manifest["counts"]))
+    print(format_summary(prepared.manifest["counts"], prepared.manifest["split_rule"]))
     _check_strict(prepared, strict)
     return prepared

@@ -1,6 +1,7 @@
 """Ray Data stage functions of the prepare job (they run in Ray workers) and the vectorized encoder.
 
-* :func:`parse_files`: binary input files -> PARSED_SCHEMA rows (parse_file -> anonymize -> split);
+* :func:`parse_files`: binary input files -> PARSED_SCHEMA rows (parse_file -> anonymize -> split:
+  the file's named or configured split, else the document's hash split; see dynlm/data/split.py);
 * :func:`count_train_words`: per-batch word counts of the train split (summed by a Ray groupby);
 * :class:`EncodeDocuments`: the encode actor; loads the preprocessor JSON once;
 * :func:`encode_documents`: same output as ``Preprocessor.encode_document`` on every document of
@@ -24,7 +25,7 @@ from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor, entity_index
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import ENCODED_SCHEMA, Quarantined
-from dynlm.data.split import assign_split
+from dynlm.data.split import assign_split, file_split
 
 ENTITY_REGEX = r"^<unk[1-9][0-9]*>$"
 DOC_STATS = tuple(k for k in STAT_KEYS if k != "documents")
@@ -47,7 +48,12 @@ PARSED_SCHEMA = pa.schema(
 
 
 def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
-    """Binary files -> PARSED_SCHEMA rows (anonymized documents with their split, quarantine)."""
+    """Binary files -> PARSED_SCHEMA rows (anonymized documents with their split, quarantine).
+
+    ``cfg_dict``'s ``inputs`` and ``splits`` must be resolved like the rows' paths (absolute local
+    paths or URIs: see pipelines.prepare), since a file's split is read from its path below its
+    input. The driver checks afterwards that all files follow one rule (``check_split_rule``).
+    """
     cfg = DataConfig.from_dict(cfg_dict)
     rows: dict[str, list] = {f.name: [] for f in PARSED_SCHEMA}
 
@@ -65,6 +71,7 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
         except Exception as exc:  # noqa: BLE001 - recorded with its reason, never dropped
             add("quarantine", "", path, reason=f"reader failed: {type(exc).__name__}: {exc}")
             continue
+        _, file_level_split = file_split(path, cfg.inputs, cfg.splits)  # None: hash each document
         for item in items:
             if isinstance(item, Quarantined):
                 add("quarantine", item.doc_id, item.source_file, line=item.line, reason=item.reason)
@@ -79,8 +86,8 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
                 add("dropped", item["doc_id"], item["source_file"], stats=stats,
                     reason=f"more than max_chains={cfg.max_chains} entity chains")
                 continue
-            split = assign_split(doc["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction,
-                                 test_fraction=cfg.test_fraction)
+            split = file_level_split or assign_split(doc["doc_id"], seed=cfg.split_seed,
+                                                     valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction)
             add("document", doc["doc_id"], doc["source_file"], split, doc["sentences"], stats)
     return pa.Table.from_pydict(rows, schema=PARSED_SCHEMA)
 

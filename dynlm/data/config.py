@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Literal
 
+from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.fingerprint import input_listing
+from dynlm.data.split import SPLITS, path_parts
 
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
-# 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings.
+# 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings;
+#    inputs that name their split (wiki.train.tokens, development/) keep it instead of a hash split.
 DATA_FORMAT_VERSION = 2
 
 # Fields that change where/how fast the data is written, not what is written. ``inputs`` is
@@ -31,13 +35,18 @@ class DataConfig(Config):
         max_chains: entity identifiers ``<unk1>..<unk{max_chains}>``.
         too_many_chains: ``drop`` documents with more chains, or ``truncate`` (later chains keep words).
         min_chain_mentions: chains with at least this many mentions are anonymized.
-        valid_fraction / test_fraction: hash-based split of the documents (see split.py).
+        splits: optional ``{train: [...], valid: [...], test: [...]}``: input paths (files or
+            folders, each inside ``inputs``) per split; every input file must be under one. Empty:
+            the split comes from the file/folder names (``wiki.train.tokens``, ``development/``)
+            or, for unsplit inputs, from the hash below (rules in split.py).
+        valid_fraction / test_fraction: hash-based split of unsplit inputs' documents (split.py).
         split_seed: seed of that hash.
         lines_per_document: plain text only; >0 cuts documents every that many non-empty lines.
         num_encode_actors: parallelism of the encode step (not part of the hash).
     """
 
     inputs: list[str]
+    splits: dict[str, list[str]] = field(default_factory=dict)
     format: Literal["auto", "conll", "text"] = "auto"
     output_root: str = "runs/prepared"
     vocab_size: int = 10000
@@ -55,6 +64,7 @@ class DataConfig(Config):
     def validate(self) -> None:
         if not self.inputs:
             raise ConfigError("inputs: at least one input path is required")
+        self._validate_splits()
         if self.vocab_size < 1:
             raise ConfigError(f"vocab_size: must be >= 1, got {self.vocab_size}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -78,6 +88,29 @@ class DataConfig(Config):
             raise ConfigError(f"lines_per_document: must be >= 0, got {self.lines_per_document}")
         if self.num_encode_actors < 1:
             raise ConfigError(f"num_encode_actors: must be >= 1, got {self.num_encode_actors}")
+
+    def _validate_splits(self) -> None:
+        """``splits``: known split names, non-empty lists, paths inside ``inputs``, no path in two splits."""
+        unknown = sorted(set(self.splits) - set(SPLITS))
+        if unknown:
+            raise ConfigError(f"splits: unknown split {unknown[0]!r}; known splits: {list(SPLITS)}")
+        if self.splits and not self.splits.get("train"):
+            raise ConfigError("splits.train: at least one path is required when splits are given")
+        inputs = [_absolute_parts(item) for item in self.inputs]
+        listed: list[tuple[str, list[str], str]] = []
+        for split, paths in self.splits.items():
+            if not paths:
+                raise ConfigError(f"splits.{split}: give at least one path, or leave the split out")
+            for item in paths:
+                parts = _absolute_parts(item)
+                if not any(parts[: len(root)] == root for root in inputs):
+                    raise ConfigError(f"splits.{split}: {item!r} is not inside any of inputs {self.inputs}")
+                for other_split, other_parts, other in listed:
+                    shorter = min(len(parts), len(other_parts))
+                    if other_split != split and parts[:shorter] == other_parts[:shorter]:
+                        raise ConfigError(f"splits: {item!r} ({split}) and {other!r} ({other_split}) "
+                                          "overlap; a file must be in one split")
+                listed.append((split, parts, item))
 
     def data_hash(self, length: int = 16) -> str:
         """The key of the prepared folder: what the inputs contain + the settings that change
@@ -104,5 +137,12 @@ class DataConfig(Config):
     def _hash(self, exclude: tuple[str, ...], length: int) -> str:
         data = {k: v for k, v in self.to_dict().items() if k not in exclude}
         data["_inputs"] = input_listing(self.inputs)
+        # the split paths by what they name, not how they are spelled (./x, x, /abs/x, a link)
+        data["splits"] = {split: [storage.absolute(p) for p in paths] for split, paths in self.splits.items()}
         data["_data_format_version"] = DATA_FORMAT_VERSION
         return config_hash(data, length)
+
+
+def _absolute_parts(path: str) -> list[str]:
+    """Components of a URI (scheme dropped) or of a local path made absolute (no file access)."""
+    return path_parts(path if "://" in path else os.path.abspath(os.path.expanduser(path)))

@@ -1,8 +1,39 @@
-"""Deterministic, hash-based train/valid/test assignment of documents."""
+"""Which split (train / valid / test) a document goes to: the corpus' own, or a hash.
+
+Three rules; one prepare job uses exactly one of them for all its documents (``split_rule`` in
+``manifest.json`` and the prepare table says which):
+
+* ``config``: ``DataConfig.splits`` lists input paths per split; a file goes to the split whose
+  listed path is the file itself or a folder above it.
+* ``named``: the input paths name their split, as published corpora do (WikiText-2's
+  ``wiki.train.tokens``, CoNLL-2012's ``conll-2012/v4/data/development/...``). See
+  :func:`named_splits` for the exact rule.
+* ``hash``: unsplit inputs. Each document's split comes from a hash of its id
+  (:func:`assign_split`), so it never depends on the order of documents or the number of workers.
+
+Mixed inputs are an error (:class:`SplitRuleError`), never a guess: with a named corpus plus an
+unnamed file, hashing the unnamed file would put some of its documents into valid/test, and a
+valid/test set that is no longer the published one cannot be compared with published figures.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
+from collections.abc import Mapping, Sequence
+
+SPLITS = ("train", "valid", "test")
+
+# Split names recognised in input paths (lowercased), per split.
+SPLIT_NAMES: dict[str, tuple[str, ...]] = {
+    "train": ("train",),
+    "valid": ("valid", "validation", "dev", "development"),
+    "test": ("test",),
+}
+
+
+class SplitRuleError(ValueError):
+    """The inputs do not give one clear split rule (mixed, ambiguous or unlisted files)."""
 
 
 def split_fraction(doc_id: str, seed: int) -> float:
@@ -12,7 +43,7 @@ def split_fraction(doc_id: str, seed: int) -> float:
 
 
 def assign_split(doc_id: str, *, seed: int, valid_fraction: float, test_fraction: float) -> str:
-    """Return ``"train"``, ``"valid"`` or ``"test"`` for a document.
+    """Return ``"train"``, ``"valid"`` or ``"test"`` for a document (the ``hash`` rule).
 
     The same (doc_id, seed) always lands in the same split, whatever the order of documents,
     the number of workers or the other documents in the corpus.
@@ -37,3 +68,129 @@ def assign_split(doc_id: str, *, seed: int, valid_fraction: float, test_fraction
     if u < valid_fraction + test_fraction:
         return "test"
     return "train"
+
+
+def path_parts(path: str) -> list[str]:
+    """The components of a local path or URI, scheme dropped (``s3://b/k`` -> ``["b", "k"]``).
+
+    Ray Data gives URI rows without their scheme (``b/k``), so both forms compare equal.
+    """
+    path = path.split("://", 1)[-1]
+    return [part for part in posixpath.normpath(path.replace("\\", "/")).split("/") if part not in ("", ".")]
+
+
+def _is_within(parts: list[str], folder: list[str]) -> bool:
+    return len(parts) >= len(folder) and parts[: len(folder)] == folder
+
+
+def components_below_input(path: str, inputs: Sequence[str]) -> list[str]:
+    """The components of ``path`` that may name its split: the input's own name and below.
+
+    ``inputs`` are the paths the file was listed from (the longest one containing ``path`` is
+    its input). For ``--input /data/wikitext-2`` and ``/data/wikitext-2/wiki.train.tokens`` this
+    is ``["wikitext-2", "wiki.train.tokens"]``: folders above the input (a ``/tmp/test_x0``
+    folder, a home directory) never decide a split. A path under no input gives its file name.
+    """
+    parts = path_parts(path)
+    best: list[str] | None = None
+    for item in inputs:
+        folder = path_parts(item)
+        if folder and _is_within(parts, folder) and (best is None or len(folder) > len(best)):
+            best = folder
+    if best is None:
+        return parts[-1:]
+    return parts[len(best) - 1:]
+
+
+def component_splits(component: str) -> set[str]:
+    """The splits one path component names: one of its ``.``-separated pieces, lowercased, is a
+    split name (``wiki.train.tokens`` and ``train`` -> train; ``dev.conll``, ``development`` ->
+    valid; ``test_utils``, ``contest.txt``, ``train_2`` -> none)."""
+    pieces = component.lower().split(".")
+    return {split for split, names in SPLIT_NAMES.items() if any(p in names for p in pieces)}
+
+
+def named_splits(path: str, inputs: Sequence[str]) -> set[str]:
+    """Every split that the components of ``path`` from its input down name (usually 0 or 1)."""
+    found: set[str] = set()
+    for component in components_below_input(path, inputs):
+        found |= component_splits(component)
+    return found
+
+
+def config_split(path: str, splits: Mapping[str, Sequence[str]]) -> str | None:
+    """The split of ``DataConfig.splits`` whose listed path is ``path`` or a folder above it."""
+    parts = path_parts(path)
+    for split in SPLITS:
+        if any(_is_within(parts, path_parts(listed)) for listed in splits.get(split, ())):
+            return split
+    return None
+
+
+def file_split(path: str, inputs: Sequence[str], splits: Mapping[str, Sequence[str]]) -> tuple[str, str | None]:
+    """(rule, split) of one input file; split None means "hash each document" (or an error that
+    :func:`check_split_rule` reports: a file in no listed split, a name that names two splits).
+
+    Args:
+        path: the file (as Ray Data or the local reader lists it).
+        inputs: ``DataConfig.inputs``, resolved the same way as ``path``.
+        splits: ``DataConfig.splits``, resolved the same way (empty: no config rule).
+    """
+    if splits:
+        return "config", config_split(path, splits)
+    named = named_splits(path, inputs)
+    if named:
+        return "named", next(iter(named)) if len(named) == 1 else None
+    return "hash", None
+
+
+def _examples(paths: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(sorted(paths)[:limit])
+    return shown + (f" (and {len(paths) - limit} more)" if len(paths) > limit else "")
+
+
+def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mapping[str, Sequence[str]],
+                     document_splits: Sequence[str]) -> str:
+    """The one split rule of a prepare job; raises :class:`SplitRuleError` when there is none.
+
+    Args:
+        files: the input files that gave documents.
+        inputs / splits: as for :func:`file_split`.
+        document_splits: the split of every document (to check that train is not empty).
+
+    Returns:
+        ``"config"``, ``"named"`` or ``"hash"``.
+    """
+    rules = {path: file_split(path, inputs, splits) for path in set(files)}
+    if splits:
+        unlisted = [p for p, (_, split) in rules.items() if split is None]
+        if unlisted:
+            raise SplitRuleError(
+                f"data.splits: {len(unlisted)} input file(s) are in no listed split: {_examples(unlisted)}; "
+                "list them (or a folder above them) under data.splits.train/valid/test, or remove them "
+                "from data.inputs")
+        unmatched = [item for paths in splits.values() for item in paths
+                     if not any(_is_within(path_parts(p), path_parts(item)) for p in rules)]
+        if unmatched:
+            raise SplitRuleError(f"data.splits: {_examples(unmatched)} match(es) no input file with a document")
+    ambiguous = [p for p, (rule, split) in rules.items() if rule == "named" and split is None]
+    if ambiguous:
+        raise SplitRuleError(
+            f"input path(s) name more than one split: {_examples(ambiguous)} "
+            f"({sorted(named_splits(sorted(ambiguous)[0], inputs))}); rename them or list them under data.splits")
+    named = [p for p, (rule, _) in rules.items() if rule == "named"]
+    unnamed = [p for p, (rule, _) in rules.items() if rule == "hash"]
+    if named and unnamed:
+        only_named = (" ".join(f"--input {p}" for p in sorted(named)) if len(named) <= 3
+                      else "e.g. their train/valid/test folders")
+        raise SplitRuleError(
+            f"the inputs mix files whose path names their split (e.g. {sorted(named)[0]}) with files "
+            f"that name none ({_examples(unnamed)}): a hash split of the latter would change the named "
+            f"valid/test sets. Pass only the named files ({only_named}), or give every file's split in "
+            "data.splits, or prepare the unnamed files on their own (hash split)")
+    rule = "config" if splits else "named" if named else "hash"
+    if rule != "hash" and "train" not in document_splits:
+        found = sorted(set(document_splits))
+        raise SplitRuleError(f"split rule {rule!r}: no train document (the inputs give only {found}); "
+                             "add the train files, or list them under data.splits.train")
+    return rule

@@ -18,7 +18,9 @@ def register(subparsers) -> None:
     parser.add_argument("--config", help="YAML with the data settings (a DataConfig mapping, or a job "
                                          "config whose `data:` section is used)")
     parser.add_argument("--input", action="append", default=[], metavar="PATH",
-                        help="input file, folder or URI (s3://, gs://); repeatable; replaces the config's inputs")
+                        help="input file, folder or URI (s3://, gs://); repeatable; replaces the config's inputs. "
+                             "Files/folders named train, valid/dev/development, test (wiki.train.tokens, "
+                             "development/) keep that split; unsplit inputs are split by document hash")
     parser.add_argument("--output-root", help="where prepared folders go (default: the config's output_root)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="override a data setting, e.g. --set vocab_size=5000 (repeatable)")
@@ -53,6 +55,7 @@ def load_data_config(config_path: str | None, inputs: list[str], output_root: st
 
 def run_prepare(args: argparse.Namespace) -> int:
     from dynlm.config import ConfigError
+    from dynlm.data.split import SplitRuleError
     from pipelines.prepare import QuarantineError, prepare
 
     try:
@@ -62,7 +65,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         return QUARANTINE_EXIT_CODE
     try:
         prepared = prepare(cfg, strict=args.strict, progress=not args.no_progress)
-    except QuarantineError as exc:
+    except (QuarantineError, SplitRuleError) as exc:  # bad data or inputs: one line, no traceback
         print(f"dynlm prepare: {exc}", file=sys.stderr)
         return QUARANTINE_EXIT_CODE
     print(f"prepared data: {prepared.root}")

@@ -20,11 +20,12 @@ from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
 from dynlm.data.prepared import PreparedData
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
-from dynlm.data.split import assign_split
+from dynlm.data.plaintext import is_title_heading
+from dynlm.data.split import SplitRuleError, assign_split, check_split_rule
 from dynlm.data.synth import SynthConfig, generate, write_conll
 from dynlm.data.preprocessor import Preprocessor
 from pipelines.cli import main
-from pipelines.prepare_stages import encode_documents
+from pipelines.prepare_stages import encode_documents, parse_files
 from pipelines.prepare import SPLITS, QuarantineError, format_summary, prepare
 from pipelines.ray_env import init_ray
 
@@ -117,7 +118,9 @@ def test_prepare_counts_and_rows_match_the_library(built, corpus):
     assert 0.0 < counts["oov_rate_valid"] < 1.0  # vocab_size=60 leaves valid words out
     assert counts["subwords_per_word"] > 1.0
     assert init_ray() == "existing"  # the session's Ray was reused
-    summary = format_summary(counts)
+    assert built.manifest["split_rule"] == "hash"  # an unsplit folder
+    summary = format_summary(counts, "hash")
+    assert summary.splitlines()[0] == f"{'split rule':28s}hash: unsplit inputs, a hash of each document id (valid/test_fraction)"
     assert f"{'documents':28s}" + "".join(f"{counts['documents'][s]:>12,d}" for s in SPLITS) in summary
 
 
@@ -197,6 +200,98 @@ def test_litbank(ray_session, litbank_dir, tmp_path):
     row = next(prepared.iter_rows("valid"))
     assert len(row["word_ids"]) == row["num_tokens"] == sum(row["sentence_lengths"])
     assert max(row["entity_ids"]) <= cfg.max_chains and max(row["entity_ids"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Official splits: inputs that name their split (train/ valid/ test/), or data.splits
+# ---------------------------------------------------------------------------------------------
+
+NAMED = {"train": (21, 8), "valid": (22, 4), "test": (23, 4)}  # split -> (synth seed, documents)
+
+
+@pytest.fixture(scope="module")
+def named_corpus(tmp_path_factory) -> Path:
+    """``corpus/train/``, ``corpus/valid/``, ``corpus/test/``: synthetic documents (other seeds,
+    so other doc ids) written by `dynlm data synth`; the folder names give the split."""
+    folder = tmp_path_factory.mktemp("named")
+    for split, (seed, num_documents) in NAMED.items():
+        assert main(["data", "synth", "--out", str(folder / split), "--num-documents", str(num_documents),
+                     "--seed", str(seed), "--docs-per-file", "2"]) == 0
+    return folder
+
+
+def _doc_ids_by_split(prepared: PreparedData) -> dict[str, set[str]]:
+    return {split: {row["doc_id"] for row in prepared.iter_rows(split)} for split in SPLITS}
+
+
+def test_named_folders_keep_their_split(ray_session, named_corpus, tmp_path, capsys):
+    cfg = DataConfig(inputs=[str(named_corpus)], output_root=str(tmp_path), **SETTINGS)
+    prepared = prepare(cfg, progress=False)
+    assert prepared.manifest["split_rule"] == "named"
+    assert f"{'split rule':28s}named: the split each input's file/folder names" in capsys.readouterr().out
+    expected = {split: {f"synth_{seed}_{i:05d}/part_0" for i in range(n)} for split, (seed, n) in NAMED.items()}
+    dropped = prepared.manifest["counts"]["dropped_docs"]
+    got = _doc_ids_by_split(prepared)
+    assert all(got[split] <= expected[split] for split in SPLITS)  # every document in its folder's split
+    assert sum(map(len, got.values())) == sum(n for _, n in NAMED.values()) - dropped
+    assert min(map(len, got.values())) > 0
+    for split in SPLITS:
+        assert all(Path(row["source_file"]).parent.name == split for row in prepared.iter_rows(split))
+        assert prepared.manifest["counts"]["documents"][split] == len(got[split])
+
+
+def test_config_splits_win_over_names_through_the_cli(ray_session, named_corpus, tmp_path, capsys):
+    """``data.splits`` in a YAML config: valid/ and test/ swapped on purpose, so the listed
+    split (not the folder name) is what the documents keep."""
+    config = tmp_path / "data.yaml"
+    config.write_text(json.dumps({"data": {
+        "inputs": [str(named_corpus)], "output_root": str(tmp_path / "out"), **SETTINGS,
+        "splits": {"train": [str(named_corpus / "train")], "valid": [str(named_corpus / "test")],
+                   "test": [str(named_corpus / "valid")]}}}))
+    assert main(["prepare", "--config", str(config), "--no-progress"]) == 0
+    assert f"{'split rule':28s}config: the input paths listed in data.splits" in capsys.readouterr().out
+    (root,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    prepared = PreparedData.open(root)
+    assert prepared.manifest["split_rule"] == "config"
+    by_folder = {split: {Path(row["source_file"]).parent.name for row in prepared.iter_rows(split)}
+                 for split in SPLITS}
+    assert by_folder == {"train": {"train"}, "valid": {"test"}, "test": {"valid"}}
+
+
+def test_mixed_named_and_unnamed_inputs_fail_before_writing(ray_session, named_corpus, tmp_path, capsys):
+    """Through the CLI: one line on stderr (what to do), exit code 2, nothing written."""
+    extra = tmp_path / "extra"
+    write_conll(SynthConfig(num_documents=2, seed=24, docs_per_file=2), extra)
+    args = ["prepare", "--input", str(named_corpus), "--input", str(extra), "--output-root", str(tmp_path / "out"),
+            "--no-progress", "--set", "bpe_merges=10"]
+    assert main(args) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("dynlm prepare:")]
+    assert line.startswith("dynlm prepare: the inputs mix files whose path names their split (e.g. ")
+    assert f"name none ({extra}/synth_000.conll)" in line and "Pass only the named files" in line
+    assert not [p for p in (tmp_path / "out").iterdir() if p.is_dir()]  # nothing published, no temporary folder
+
+
+def _title_headings(data: bytes) -> int:
+    return sum(is_title_heading(line) for line in gzip.decompress(data).decode("utf-8").splitlines())
+
+
+def test_wikitext2_documents_keep_the_official_split(wikitext_dir):
+    """The parse stage on the real WikiText-2 files (no Ray: the Ray job runs this function per
+    file): each file's documents keep its split, one per `` = Title = `` article."""
+    files = {split: wikitext_dir / f"{split}.txt.gz" for split in SPLITS}
+    cfg = DataConfig(inputs=[str(f) for f in files.values()], format="text", max_chains=1, bpe_merges=0)
+    batch = pa.table({"bytes": [f.read_bytes() for f in files.values()], "path": [str(f) for f in files.values()]})
+    parsed = parse_files(batch, cfg.to_dict())
+    assert set(parsed["kind"].to_pylist()) == {"document"}
+    splits = parsed["split"].to_pylist()
+    per_file = {split: _title_headings(f.read_bytes()) for split, f in files.items()}
+    assert per_file["train"] == 629  # (tests/dynlm/data/test_plaintext.py reads the same)
+    assert {split: splits.count(split) for split in SPLITS} == per_file
+    assert check_split_rule(parsed["source_file"].to_pylist(), cfg.inputs, {}, splits) == "named"
+    # the whole folder holds README.pytorch-examples and SOURCE.md too: named + unnamed = an error
+    listed = sorted(str(p) for p in wikitext_dir.iterdir())
+    with pytest.raises(SplitRuleError, match="README.pytorch-examples, .*SOURCE.md"):
+        check_split_rule(listed, [str(wikitext_dir)], {}, ["train", "valid", "test"])
 
 
 # ---------------------------------------------------------------------------------------------

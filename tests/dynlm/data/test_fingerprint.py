@@ -66,3 +66,13 @@ def test_same_files_elsewhere_give_the_same_key(corpus, tmp_path):
     copy = tmp_path / "elsewhere" / "copy"
     shutil.copytree(corpus, copy)
     assert DataConfig(inputs=[str(copy)]).data_hash() == DataConfig(inputs=[str(corpus)]).data_hash()
+
+
+def test_split_paths_enter_the_key_by_what_they_name(corpus, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = DataConfig(inputs=["corpus"], splits={"train": ["corpus/a.conll"], "valid": ["corpus/sub"]})
+    absolute = DataConfig(inputs=[str(corpus)], splits={"train": [str(corpus / "a.conll")],
+                                                         "valid": [str(corpus / "sub")]})
+    assert relative.data_hash() == absolute.data_hash()
+    swapped = DataConfig(inputs=["corpus"], splits={"train": ["corpus/sub"], "valid": ["corpus/a.conll"]})
+    assert swapped.data_hash() != relative.data_hash()

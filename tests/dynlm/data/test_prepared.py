@@ -10,6 +10,7 @@ from dynlm.data.local_prepare import prepare_local
 from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.storage import is_uri
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.split import SplitRuleError
 from dynlm.data.synth import SynthConfig, write_conll
 
 
@@ -20,6 +21,7 @@ def test_prepare_local_and_read_back(tmp_path):
                      vocab_size=100, bpe_merges=50, max_chains=6, valid_fraction=0.2, test_fraction=0.2)
     data = prepare_local(cfg)
     assert data.root == tmp_path / "out" / cfg.data_hash()
+    assert data.manifest["split_rule"] == "hash"
     assert data.manifest["config_hash"] == cfg.data_hash()
     counts = {split: data.num_documents(split) for split in ("train", "valid", "test")}
     assert sum(counts.values()) == 40 and min(counts.values()) > 0
@@ -72,3 +74,40 @@ def test_open_a_uri_root_reads_through_the_filesystem(tmp_path):
     assert data.read_bytes("preprocessor.json") == (local.root / "preprocessor.json").read_bytes()
     with pytest.raises(FileNotFoundError, match="not a prepared data folder"):
         PreparedData.open(f"file://{tmp_path}")
+
+
+def _named_corpus(root):
+    """``root/train``, ``root/dev`` (a valid split by name), ``root/test``: 4 documents each."""
+    for seed, split in enumerate(("train", "dev", "test"), start=31):
+        write_conll(SynthConfig(num_documents=4, seed=seed, docs_per_file=2), root / split)
+    return root
+
+
+def _settings(tmp_path, **changes):
+    return dict(output_root=str(tmp_path / "out"), vocab_size=100, bpe_merges=20, max_chains=6, **changes)
+
+
+def test_prepare_local_keeps_named_and_configured_splits(tmp_path):
+    corpus = _named_corpus(tmp_path / "corpus")
+    named = prepare_local(DataConfig(inputs=[str(corpus)], **_settings(tmp_path)))
+    assert named.manifest["split_rule"] == "named"
+    folders = {split: {row["source_file"].split("/")[-2] for row in named.iter_rows(split)}
+               for split in ("train", "valid", "test")}
+    assert folders == {"train": {"train"}, "valid": {"dev"}, "test": {"test"}}
+    assert named.manifest["counts"]["train_documents"] + named.manifest["counts"]["valid_documents"] \
+        + named.manifest["counts"]["test_documents"] == 12 - named.manifest["counts"]["dropped_docs_too_many_chains"]
+
+    splits = {"train": [str(corpus / "train"), str(corpus / "test")], "test": [str(corpus / "dev")]}
+    configured = prepare_local(DataConfig(inputs=[str(corpus)], splits=splits, **_settings(tmp_path)))
+    assert configured.manifest["split_rule"] == "config"
+    assert configured.num_documents("valid") == 0
+    assert {row["source_file"].split("/")[-2] for row in configured.iter_rows("test")} == {"dev"}
+    assert configured.num_documents("train") == named.num_documents("train") + named.num_documents("test")
+
+
+def test_prepare_local_rejects_mixed_inputs(tmp_path):
+    corpus = _named_corpus(tmp_path / "corpus")
+    write_conll(SynthConfig(num_documents=2, seed=40, docs_per_file=2), tmp_path / "more")
+    cfg = DataConfig(inputs=[str(corpus), str(tmp_path / "more")], **_settings(tmp_path))
+    with pytest.raises(SplitRuleError, match=r"name none \(.*more/synth_000.conll\)"):
+        prepare_local(cfg)
