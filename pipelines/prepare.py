@@ -152,8 +152,7 @@ def _check_documents(meta: pa.Table | None, cfg: DataConfig) -> None:
 def _with_absolute_paths(cfg: DataConfig) -> DataConfig:
     """``cfg`` with absolute ``inputs`` and ``splits`` paths, as Ray Data's rows name the files
     (the workers read a file's split from its path below its input: dynlm/data/split.py)."""
-    splits = {split: [item if is_uri(item) else str(Path(item).expanduser().resolve()) for item in paths]
-              for split, paths in cfg.splits.items()}
+    splits = {split: [storage.absolute(item) for item in paths] for split, paths in cfg.splits.items()}
     return cfg.replace(inputs=_resolve_inputs(cfg.inputs), splits=splits)
 
 
