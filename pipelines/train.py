@@ -84,6 +84,7 @@ class WorkerSettings(Config):
     tracking_uri: str | None = None
     total_steps: int = 1  # optimizer steps of the whole run (cosine schedule length)
     num_train_documents: int = 0  # in the prepared train split (to report what the split drops)
+    progress_relay: str | None = None  # named actor of pipelines.console.TrainingConsole (rank 0 reports to it)
 
 
 @dataclass
@@ -246,7 +247,8 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg, batches: Iterat
         model: the DDP-wrapped model (or the bare model with one worker).
         batches: this rank's document batches.
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
-        after_step: called after each step (fault injection hooks in here).
+        after_step: called after each step with this rank's running sums (fault injection and
+            the progress bar hook in here).
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -275,7 +277,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg, batches: Iterat
             totals["num_padded"] += batch.num_padded
             totals["documents"] += batch.batch_size
         if after_step is not None:
-            after_step()
+            after_step(totals)
 
 
 def _gather(value: float, world_size: int, device: torch.device) -> list[float]:
@@ -333,6 +335,8 @@ def train_fn_per_worker(config: dict) -> dict | None:
     import ray.train
     import ray.train.torch
 
+    from pipelines.console import EpochProgress
+
     settings = WorkerSettings.from_dict(config)
     job = JobConfig.from_dict(settings.job)
     cfg = job.train
@@ -374,17 +378,19 @@ def train_fn_per_worker(config: dict) -> dict | None:
     buffer_rows = batch_size * SORT_BUFFER_BATCHES
     train_shard = ray.train.get_dataset_shard("train")
     checksums = _gather(parameter_checksum(core), world, device)
+    progress = EpochProgress(settings.progress_relay if rank == 0 else None, world)
 
     for epoch in range(start_epoch, cfg.epochs + 1):
         if stopped:
             break
         seed_everything(cfg.seed, epoch, rank)
         started = time.perf_counter()
+        progress.start_epoch(epoch)
         batches = iter_document_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
                                         seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
         fault = lambda: maybe_inject_fault(job.run, settings.run_dir, epoch, rank)  # noqa: E731
-        local = train_one_epoch(model, optimizer, schedule, cfg, batches, spec, device,
-                                autocast_dtype=autocast_dtype, after_step=fault)
+        local = train_one_epoch(model, optimizer, schedule, cfg, batches, spec, device, autocast_dtype=autocast_dtype,
+                                after_step=lambda totals: (fault(), progress.step(totals)))
         fault()  # a rank without any batch still fails on cue
         train_seconds = time.perf_counter() - started
         nll, tokens, padded, docs, idle = _agree(
@@ -427,9 +433,10 @@ def train_fn_per_worker(config: dict) -> dict | None:
         }
         history.append(record)
         if rank == 0 and record["train_documents_dropped"] and epoch == start_epoch:
-            print(f"[train] warning: {record['train_documents_dropped']} of {settings.num_train_documents} "
-                  f"training documents are left out of every epoch (Ray Data's equal split over {world} "
-                  "workers drops the remainder)", flush=True)
+            progress.note(f"[train] note: {record['train_documents_dropped']} of {settings.num_train_documents} "
+                          f"training documents are left out of every epoch (Ray Data's equal split over {world} "
+                          "workers drops the remainder)")
+        progress.end_epoch(record)
         if rank == 0 and settings.mlflow_run_id:
             from pipelines import tracking
 
@@ -471,6 +478,11 @@ def estimate_total_steps(prepared: PreparedData, cfg, world_size: int) -> int:
     per_epoch = sum(math.ceil(counts[min(i + per_rank, len(counts)) - 1] / cfg.bptt_sentences)
                     for i in range(0, len(counts), per_rank))
     return max(1, per_epoch * cfg.epochs)
+
+
+def epoch_steps(prepared: PreparedData, job: JobConfig) -> int:
+    """Optimizer steps of one epoch (the length of the console's progress bar)."""
+    return estimate_total_steps(prepared, job.train, job.run.num_workers) // max(1, job.train.epochs)
 
 
 def _fs(uri: str):
@@ -596,6 +608,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         :class:`TrainingResult`.
     """
     from pipelines import tracking
+    from pipelines.console import TrainingConsole
     from pipelines.ray_env import init_ray
 
     init_ray()
@@ -621,7 +634,12 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         total_steps=estimate_total_steps(prepared, job.train, job.run.num_workers)
         if job.train.lr_schedule == "cosine" else 1)
     try:
-        result = build_trainer(job, prepared, name, settings, tune_callback=tune_callback).fit()
+        if tune_callback:  # a Tune trial: Tune reports progress
+            result = build_trainer(job, prepared, name, settings, tune_callback=True).fit()
+        else:
+            with TrainingConsole(job.train.epochs, epoch_steps(prepared, job)) as training_console:
+                settings = settings.replace(progress_relay=training_console.relay_name)
+                result = build_trainer(job, prepared, name, settings).fit()
         if result.error is not None:
             raise result.error
     except BaseException as exc:
