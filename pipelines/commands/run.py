@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_metrics_table(metrics, f"{model_uri} [{label}] on the {split} split"))
 
-    print(f"\n[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
+    print(f"[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
     if uri.startswith("sqlite:///"):
         print(f"  mlflow ui --backend-store-uri {shlex.quote(uri)} --port 5000   # then http://127.0.0.1:5000")
     else:
