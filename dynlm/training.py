@@ -198,7 +198,8 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         batches: this rank's document batches.
         spec: the VocabSpec (builds the dummy batch of a rank that ran out of data).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
-        after_step: called after each step (fault injection hooks in here).
+        after_step: called after each step with this rank's running sums (fault injection and
+            a progress bar hook in here).
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -226,7 +227,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             totals["num_padded"] += batch.num_padded
             totals["documents"] += batch.batch_size
         if after_step is not None:
-            after_step()
+            after_step(totals)
 
 
 @dataclass
@@ -345,12 +346,15 @@ def fit(
         if state.stopped:
             break
         seed_everything(cfg.seed, epoch, hooks.rank)
+        if hooks.on_epoch_start is not None:
+            hooks.on_epoch_start(epoch)
         started = time.perf_counter()
         local = train_one_epoch(model, optimizer, schedule, cfg, train_batches_fn(epoch), device, spec=hooks.spec,
                                 autocast_dtype=hooks.autocast_dtype,
-                                after_step=(lambda e=epoch: hooks.after_step(e)) if hooks.after_step else None)
+                                after_step=(lambda totals, e=epoch: hooks.after_step(e, totals))
+                                if hooks.after_step else None)
         if hooks.after_step is not None:
-            hooks.after_step(epoch)  # a rank without any batch still reaches it
+            hooks.after_step(epoch, local)  # a rank without any batch still reaches it
         seconds = time.perf_counter() - started
         totals = all_reduce_values([local[k] for k in ("nll_sum", "tokens", "num_padded", "documents",
                                                        "idle_batches")], device, op="sum")
@@ -379,8 +383,9 @@ class FitHooks:
         rank: this process's rank (seeds its RNG stream with the epoch).
         spec: the VocabSpec (for the dummy batch of a rank that runs out of data).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
-        after_step: ``epoch -> None`` after each optimizer step and at the end of each epoch
-            (fault injection).
+        on_epoch_start: ``epoch -> None`` before each epoch (a progress bar).
+        after_step: ``(epoch, running sums) -> None`` after each optimizer step and once more at
+            the end of each epoch (fault injection, a progress bar).
         restore_best: keep the best epoch's weights in memory and load them at the end (a Ray
             run keeps the best checkpoint instead).
     """
@@ -388,5 +393,6 @@ class FitHooks:
     rank: int = 0
     spec: Any = None
     autocast_dtype: Any = None
-    after_step: Callable[[int], None] | None = None
+    on_epoch_start: Callable[[int], None] | None = None
+    after_step: Callable[[int, dict], None] | None = None
     restore_best: bool = True

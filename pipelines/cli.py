@@ -16,8 +16,40 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 COMMANDS = ("data", "prepare", "train", "evaluate", "tune", "retrain", "run")
+USAGE_ERROR_EXIT_CODE = 2  # what argparse exits with for a usage error
+VERBOSE_HELP = "show Ray's and MLflow's own logs on the terminal, and the traceback of an error"
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Exceptions that are the user's to fix, printed as ``dynlm: error: <message>`` (exit 2).
+
+    A config typo or an unknown ``--set`` key (:class:`dynlm.config.ConfigError`, which
+    includes Tune's SearchSpaceError), a missing input, config or checkpoint file
+    (``FileNotFoundError``), a run name that is taken (``FileExistsError``); plus, in
+    :func:`is_user_error`, a registered model or alias MLflow does not know.
+    Anything else is a bug or an infrastructure failure and keeps its traceback.
+    """
+    from dynlm.config import ConfigError
+
+    return (ConfigError, FileNotFoundError, FileExistsError)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """True when ``exc`` is one of :func:`user_error_types` or MLflow's "does not exist"."""
+    if isinstance(exc, user_error_types()):
+        return True
+    mlflow_exceptions = sys.modules.get("mlflow.exceptions")  # never imported: not MLflow's error
+    return (mlflow_exceptions is not None and isinstance(exc, mlflow_exceptions.MlflowException)
+            and exc.error_code == "RESOURCE_DOES_NOT_EXIST")
+
+
+def error_line(exc: BaseException) -> str:
+    """``dynlm: error: <message>`` on one line (a multi-line message is joined)."""
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"dynlm: error: {message or type(exc).__name__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="<verb>")
     for name in COMMANDS:
         try:
@@ -36,13 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # verb not built yet
         module.register(sub)
+    for verb_parser in set(sub.choices.values()):  # also after the verb: `dynlm run --verbose`
+        verb_parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                 help=VERBOSE_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb; a user error (:func:`is_user_error`) becomes one line and exit status 2."""
+    from pipelines.console import configure_output
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    code = args.func(args)
+    configure_output(args.verbose)
+    try:
+        code = args.func(args)
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(error_line(exc), file=sys.stderr)
+        return USAGE_ERROR_EXIT_CODE
     return int(code or 0)
 
 

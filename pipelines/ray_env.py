@@ -85,19 +85,24 @@ def init_ray(**local_init_kwargs) -> str:
         ConnectionError: ``RAY_ADDRESS`` is set but no cluster answers there.
     """
     import ray
+    import ray.data  # noqa: F401  (configures its loggers at import: routed below with Ray's)
 
+    from pipelines import console
+
+    console.route_library_logs()  # under the dynlm command, Ray's log lines go to its log file
     if ray.is_initialized():
         claim_address_file()  # another cluster (a test's, a finished `ray start`) may have left it
         return "existing"
+    output = console.ray_init_options()  # workers' output stays in Ray's logs unless --verbose
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto")  # raises ConnectionError naming the address if it is down
+        ray.init(address="auto", **output)  # raises ConnectionError naming the address if it is down
         return "cluster"
     if _cluster_address_file_exists():
         try:
-            ray.init(address="auto")
+            ray.init(address="auto", **output)
             return "cluster"
         except ConnectionError as exc:  # a stale address file from a stopped `ray start`
             logger.warning("no Ray cluster at the recorded address (%s); starting a local Ray", exc)
-    ray.init(address="local", **local_init_kwargs)  # never the recorded (stale) cluster
+    ray.init(address="local", **{**output, **local_init_kwargs})  # never the recorded (stale) cluster
     claim_address_file()
     return "local"

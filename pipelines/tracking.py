@@ -36,6 +36,7 @@ from mlflow.exceptions import MlflowException
 
 from dynlm import storage
 from dynlm.data.prepared import PreparedData
+from pipelines import console
 
 MODEL_NAME_PREFIX = "dynlm-"
 CHAMPION = "champion"
@@ -398,6 +399,7 @@ def register_and_promote(run_id: str, model_type: str, valid_ppl: float, data_ha
                          "call finish_training_run first")
     name = registered_name(model_type)
     configure(uri)
+    console.route_library_logs()  # mute "Successfully registered ..." (log_model turns MLflow's prints back on)
     version = mlflow.register_model(
         model_uri, name,
         tags={"valid_ppl": repr(float(valid_ppl)), "data_hash": data_hash, "run_id": run_id},

@@ -78,6 +78,7 @@ class WorkerSettings(Config):
     tracking_uri: str | None = None
     total_steps: int = 1  # optimizer steps of the whole run (cosine schedule length)
     num_train_documents: int = 0  # in the prepared train split (to report what the split drops)
+    progress_relay: str | None = None  # named actor of pipelines.console.TrainingConsole (rank 0 reports to it)
 
 
 @dataclass
@@ -207,6 +208,8 @@ def train_fn_per_worker(config: dict) -> dict | None:
     import ray.train
     import ray.train.torch
 
+    from pipelines.console import EpochProgress
+
     settings = WorkerSettings.from_dict(config)
     job = JobConfig.from_dict(settings.job)
     cfg = job.train
@@ -245,15 +248,21 @@ def train_fn_per_worker(config: dict) -> dict | None:
         record["train_documents_dropped"] = settings.num_train_documents - record["train_documents"]
         record["worker_node_ids"] = node_ids  # Ray node of each rank (not an MLflow metric)
         if rank == 0 and record["train_documents_dropped"] and epoch == first_epoch:
-            print(f"[train] warning: {record['train_documents_dropped']} of {settings.num_train_documents} "
-                  f"training documents are left out of every epoch (Ray Data's equal split over {world} "
-                  "workers drops the remainder)", flush=True)
+            progress.note(f"[train] note: {record['train_documents_dropped']} of {settings.num_train_documents} "
+                          f"training documents are left out of every epoch (Ray Data's equal split over {world} "
+                          "workers drops the remainder)")
+        progress.end_epoch(record)
         _report_epoch(record, state, rank=rank, core=core, optimizer=optimizer, schedule=schedule, job=job,
                       prepared=prepared, settings=settings)
 
-    hooks = FitHooks(rank=rank, spec=spec, restore_best=False,
+    def after_step(epoch: int, totals: dict) -> None:
+        maybe_inject_fault(job.run, settings.run_dir, epoch, rank)
+        progress.step(totals)
+
+    progress = EpochProgress(settings.progress_relay if rank == 0 else None, world)
+    hooks = FitHooks(rank=rank, spec=spec, restore_best=False, on_epoch_start=progress.start_epoch,
                      autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
-                     after_step=lambda epoch: maybe_inject_fault(job.run, settings.run_dir, epoch, rank))
+                     after_step=after_step)
     summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
                   hooks=hooks, on_epoch=on_epoch)
     if rank == 0:
@@ -283,6 +292,11 @@ def estimate_total_steps(prepared: PreparedData, cfg, world_size: int) -> int:
     per_epoch = sum(math.ceil(counts[min(i + per_rank, len(counts)) - 1] / cfg.bptt_sentences)
                     for i in range(0, len(counts), per_rank))
     return max(1, per_epoch * cfg.epochs)
+
+
+def epoch_steps(prepared: PreparedData, job: JobConfig) -> int:
+    """Optimizer steps of one epoch (the length of the console's progress bar)."""
+    return estimate_total_steps(prepared, job.train, job.run.num_workers) // max(1, job.train.epochs)
 
 
 def _has_ray_run(run_dir: str) -> bool:
@@ -386,6 +400,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         :class:`TrainingResult`.
     """
     from pipelines import tracking
+    from pipelines.console import TrainingConsole
     from pipelines.ray_env import init_ray
 
     init_ray()
@@ -411,7 +426,12 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         total_steps=estimate_total_steps(prepared, job.train, job.run.num_workers)
         if job.train.lr_schedule == "cosine" else 1)
     try:
-        result = build_trainer(job, prepared, name, settings, tune_callback=tune_callback).fit()
+        if tune_callback:  # a Tune trial: Tune reports progress
+            result = build_trainer(job, prepared, name, settings, tune_callback=True).fit()
+        else:
+            with TrainingConsole(job.train.epochs, epoch_steps(prepared, job)) as training_console:
+                settings = settings.replace(progress_relay=training_console.relay_name)
+                result = build_trainer(job, prepared, name, settings).fit()
         if result.error is not None:
             raise result.error
     except BaseException as exc:

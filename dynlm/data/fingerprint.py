@@ -57,7 +57,7 @@ def _files_of(filesystem: pafs.FileSystem, path: str, item: str) -> list[pafs.Fi
     """The files one input names (itself, or every file under a folder), sorted by path."""
     info = filesystem.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"DataConfig.inputs: {item!r} does not exist")
+        raise FileNotFoundError(f"DataConfig.inputs: {item!r} does not exist (resolved to {path})")
     if info.type == pafs.FileType.File:
         return [info]
     found = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))

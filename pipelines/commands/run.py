@@ -35,10 +35,8 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _stage(name: str, start: float) -> float:
-    now = time.monotonic()
-    print(f"[run] {name} done in {now - start:.1f} s")
-    return now
+def _seconds(start: float) -> str:
+    return f"{time.monotonic() - start:.1f} s"
 
 
 def ensure_corpus(job, num_documents: int | None) -> None:
@@ -71,7 +69,7 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines import tracking
+    from pipelines import console, tracking
     from pipelines.commands.evaluate import evaluate_rows, format_metrics_table, open_prepared
     from pipelines.defaults import load_job
     from pipelines.prepare import prepare
@@ -88,15 +86,14 @@ def run(args: argparse.Namespace) -> int:
 
     ensure_corpus(job, args.synth_documents)
     how = init_ray()
-    print(f"[run] Ray: {how}")
-    start = _stage("corpus + Ray", start)
-    prepared = prepare(job.data)
-    print(f"[run] prepared data: {prepared.root}")
-    start = _stage("prepare", start)
+    print(f"[run] Ray: {how} ({_seconds(start)} with the corpus); preparing the data")
+    prepared = prepare(job.data)  # prints where it wrote, its time and its table
+    start = time.monotonic()
+    print(f"[run] training {job.model.type} on {job.run.num_workers} Ray Train worker(s), "
+          f"{job.train.epochs} epoch(s)")
     training = run_training(job, prepared)
     print(f"[run] MLflow run {training.run_id}: best valid_ppl {training.best_valid_ppl:.2f} "
-          f"after {training.epochs} epoch(s)")
-    start = _stage("train", start)
+          f"after {training.epochs} epoch(s), {_seconds(start)}")
 
     if training.model_version is not None:
         model_uri, label = model_to_evaluate(job, uri, training)
@@ -114,13 +111,13 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_rows(model, spec, rows, job.train.batch_size)
     print()
     print(format_metrics_table(metrics, f"{model_uri} [{label}] on the {split} split"))
-    _stage("evaluate", start)
 
-    print(f"\n[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
+    print(f"[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
     if uri.startswith("sqlite:///"):
         print(f"  mlflow ui --backend-store-uri {shlex.quote(uri)} --port 5000   # then http://127.0.0.1:5000")
     else:
         print(f"  {uri}")
     print(f"  experiment {job.run.experiment!r}, run {training.run_id}; "
           f"registered model {tracking.registered_name(job.model.type)}")
+    print(console.log_locations())
     return 0

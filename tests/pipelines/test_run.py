@@ -33,7 +33,15 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     for item in TINY:
         args += ["--set", item]
     assert main(args) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # a newcomer's terminal: what runs, one line per epoch, the table, where to look; MLflow's and
+    # Ray's own messages are in the log files
+    lines = (captured.out + captured.err).splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    assert not any(text in line for line in lines for text in ("Successfully registered", "INFO mlflow",
+                                                                "streaming_executor", "Warning"))
+    assert any(re.match(r"epoch 1/1  train loss \d", line) for line in lines)
     assert "mlflow ui --backend-store-uri" in out and mlflow_uri in out
     run_table = _table(out, "models:/dynlm-dntm@champion [champion v1]")
     assert set(run_table) == {"all tokens", "first mention", "re-appearing entity", "after an entity",

@@ -1,0 +1,88 @@
+"""User errors of the `dynlm` command: one line `dynlm: error: <message>`, exit status 2; the
+traceback only with --verbose."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import console
+from pipelines.cli import USAGE_ERROR_EXIT_CODE, main
+
+
+@pytest.fixture(autouse=True)
+def _restore_output(monkeypatch, tmp_path):
+    """main() configures the process's logging and environment; undo it after each test."""
+    monkeypatch.chdir(tmp_path)
+    for name in (console.VERBOSE_ENV, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "MLFLOW_CONFIGURE_LOGGING"):
+        monkeypatch.delenv(name, raising=False)
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    yield
+    root.handlers[:], root.level = saved
+    logging.captureWarnings(False)
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_unknown_set_key_is_one_line(capsys):
+    assert main(["run", "--set", "model.hidden_dimm=32"]) == USAGE_ERROR_EXIT_CODE
+    assert _one_error_line(capsys) == "dynlm: error: override: unknown key 'model.hidden_dimm'"
+
+
+@pytest.mark.parametrize("flag_first", [True, False])
+def test_verbose_shows_the_traceback(capsys, flag_first):
+    args = ["run", "--set", "model.hidden_dimm=32"]
+    args = ["--verbose", *args] if flag_first else [*args, "--verbose"]
+    assert main(args) == USAGE_ERROR_EXIT_CODE
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "dynlm.config.ConfigError: override: unknown key 'model.hidden_dimm'" in err
+    assert err.splitlines()[-1] == "dynlm: error: override: unknown key 'model.hidden_dimm'"
+
+
+def test_missing_input_folder_is_one_line(ray_session, tmp_path, capsys):
+    missing = tmp_path / "no-such-corpus"
+    assert main(["prepare", "--input", str(missing), "--output-root", str(tmp_path / "prepared")]) == 2
+    assert _one_error_line(capsys) == (f"dynlm: error: DataConfig.inputs: {str(missing)!r} does not exist "
+                                       f"(resolved to {missing})")
+
+
+def test_unknown_registered_model_is_one_line(mlflow_uri, tmp_path, capsys):
+    assert main(["evaluate", "--model", "models:/dynlm-nosuchmodel@champion", "--data", str(tmp_path)]) == 2
+    assert _one_error_line(capsys) == "dynlm: error: Registered Model with name=dynlm-nosuchmodel not found"
+
+
+def test_which_exceptions_are_user_errors():
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
+
+    from dynlm.config import ConfigError
+    from pipelines.cli import error_line, is_user_error
+
+    assert is_user_error(ConfigError("x")) and is_user_error(FileNotFoundError("x"))
+    assert is_user_error(FileExistsError("run 'a' already exists"))
+    assert is_user_error(MlflowException("no such model", error_code=RESOURCE_DOES_NOT_EXIST))
+    assert not is_user_error(MlflowException("bad value", error_code=INVALID_PARAMETER_VALUE))
+    assert not is_user_error(ValueError("a bug")) and not is_user_error(KeyError("a bug"))
+    assert error_line(ConfigError("first\n  second")) == "dynlm: error: first second"
+
+
+def test_installed_command_prints_one_line(tmp_path):
+    dynlm = Path(sys.executable).parent / "dynlm"
+    if not dynlm.exists():
+        pytest.skip(f"{dynlm} is not installed (pip install -e .)")
+    done = subprocess.run([str(dynlm), "run", "--set", "model.hidden_dimm=32"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "dynlm: error: override: unknown key 'model.hidden_dimm'\n")

@@ -1,0 +1,97 @@
+"""The terminal output of `dynlm`: epoch lines, rank 0 -> driver progress relay, log routing."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+import pytest
+
+from pipelines import console
+
+RECORD = {"epoch": 2, "train_loss": 1.23456, "train_ppl": 3.4367, "valid_ppl": 2.95,
+          "valid_ppl_first_mention": 5.44, "valid_ppl_reappearing": 2.91, "valid_ppl_after_entity": float("nan"),
+          "valid_ppl_oov": float("inf"), "train_tokens_per_s": 1587.6, "train_seconds": 22.71,
+          "stopped_early": 0.0}
+
+
+def test_format_epoch_line():
+    assert console.format_epoch_line(RECORD, 4) == (
+        "epoch 2/4  train loss 1.235 ppl 3.44 | valid ppl 2.95 (first mention 5.44, re-appearing 2.91, "
+        "after entity n/a, OOV n/a) | 1,588 tok/s, 22.7 s")
+    minimal = {k: RECORD[k] for k in ("epoch", "train_loss", "train_ppl", "valid_ppl", "train_tokens_per_s",
+                                      "train_seconds")}
+    assert console.format_epoch_line({**minimal, "stopped_early": 1.0}, 2) == (
+        "epoch 2/2  train loss 1.235 ppl 3.44 | valid ppl 2.95 | 1,588 tok/s, 22.7 s  (early stop)")
+
+
+def test_training_console_prints_what_rank0_sends(ray_session):
+    def rank0_reports(relay_name: str, record: dict) -> None:  # a closure: pickled by value
+        """What train_fn_per_worker's rank 0 does with an EpochProgress, in a Ray task."""
+        progress = console.EpochProgress(relay_name, world_size=2)
+        progress.start_epoch(record["epoch"])
+        progress.note("[train] note: something the user should know")
+        progress.step({"steps": 3, "tokens": 100, "nll_sum": 250.0})
+        progress.end_epoch({**record, "worker_node_ids": "a,b"})  # strings are not sent
+
+    stream = io.StringIO()  # not a terminal: no bar, only the lines
+    with console.TrainingConsole(epochs=4, steps_per_epoch=10, stream=stream) as training_console:
+        task = ray_session.remote(num_cpus=0)(rank0_reports)
+        ray_session.get(task.remote(training_console.relay_name, RECORD))
+    assert stream.getvalue().splitlines() == ["[train] note: something the user should know",
+                                              console.format_epoch_line(RECORD, 4)]
+    with pytest.raises(ValueError, match="Failed to look up actor"):  # the relay is gone
+        ray_session.get_actor(training_console.relay_name, namespace=console.RELAY_NAMESPACE)
+
+
+def test_epoch_progress_without_relay_prints_notes_only(capsys):
+    progress = console.EpochProgress(None)
+    progress.start_epoch(1)
+    progress.step({"steps": 1, "tokens": 10, "nll_sum": 5.0})
+    progress.end_epoch(RECORD)
+    progress.note("left out 1 document")
+    assert capsys.readouterr().out == "left out 1 document\n"
+
+
+@pytest.fixture
+def restored_logging(monkeypatch):
+    """Undo configure_output: environment, root handlers and level, library loggers."""
+    for name in (console.VERBOSE_ENV, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "MLFLOW_CONFIGURE_LOGGING"):
+        monkeypatch.delenv(name, raising=False)
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    libraries = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
+                 for name in console.LIBRARY_LOGGERS}
+    yield
+    for handler in root.handlers:
+        if handler not in saved[0]:
+            handler.close()
+    root.handlers[:], root.level = saved
+    for name, (handlers, propagate) in libraries.items():
+        logging.getLogger(name).handlers[:], logging.getLogger(name).propagate = handlers, propagate
+    logging.captureWarnings(False)
+
+
+def test_configure_output_sends_library_logs_to_the_log_file(restored_logging, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(console.LOG_DIR_ENV, str(tmp_path / "logs"))
+    ray_logger = logging.getLogger("ray")
+    ray_logger.addHandler(logging.StreamHandler())  # as Ray's own terminal handler does
+    path = console.configure_output(False)
+    assert path.parent == tmp_path / "logs" and not path.exists()  # created at the first record
+    assert console.ray_init_options() == {"log_to_driver": False}
+    ray_logger.warning("a Ray warning")
+    logging.getLogger("mlflow").info("an MLflow note")
+    warnings.warn("a library's deprecation", DeprecationWarning, stacklevel=1)
+    assert capsys.readouterr().err == ""
+    text = path.read_text()
+    for message in ("WARNING ray: a Ray warning", "INFO mlflow: an MLflow note", "a library's deprecation"):
+        assert message in text
+    assert console.log_locations().startswith(f"logs: {path}, Ray's in ")
+
+
+def test_verbose_leaves_logging_alone(restored_logging):
+    handlers = list(logging.getLogger().handlers)
+    assert console.configure_output(True) is None
+    assert console.verbose() and console.ray_init_options() == {"log_to_driver": True}
+    assert logging.getLogger().handlers == handlers
