@@ -290,6 +290,14 @@ def _validate_epoch(core: nn.Module, valid_batches: Iterable[DocumentBatch], dev
     return valid
 
 
+def _schedule_for(optimizer, cfg: TrainConfig, total_steps: int | None, train_batches_fn) -> LRSchedule:
+    """``cfg``'s schedule; a cosine one over ``total_steps`` (counted from one epoch if None)."""
+    if total_steps is None:
+        total_steps = cfg.epochs * _count_steps(train_batches_fn(1), cfg.bptt_sentences) \
+            if cfg.lr_schedule == "cosine" else 1
+    return LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
+
+
 def fit(
     model: nn.Module,
     train_batches_fn: Callable[[int], Iterable[DocumentBatch]],
@@ -333,13 +341,8 @@ def fit(
     if state is None:
         set_seed(cfg.seed)
         state = FitState()
-    if optimizer is None:
-        optimizer = build_optimizer(core, cfg)
-    if schedule is None:
-        if total_steps is None:
-            total_steps = cfg.epochs * _count_steps(train_batches_fn(1), cfg.bptt_sentences) \
-                if cfg.lr_schedule == "cosine" else 1
-        schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
+    optimizer = build_optimizer(core, cfg) if optimizer is None else optimizer
+    schedule = _schedule_for(optimizer, cfg, total_steps, train_batches_fn) if schedule is None else schedule
     checksums = all_gather_floats(parameter_checksum(core), device)
     best_weights = None
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
