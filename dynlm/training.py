@@ -151,6 +151,7 @@ def evaluate(model: nn.Module, batches: Iterable[DocumentBatch]) -> dict:
     Returns:
         :meth:`dynlm.metrics.MetricAccumulator.compute` of all batches: ``loss``, ``ppl``,
         ``ppl_first_mention``, ``ppl_reappearing``, ``ppl_after_entity``, ``ppl_oov``,
+        ``ppl_reappearing_1`` / ``_2`` / ``_3_5`` / ``_6_plus`` (accumulation analysis),
         ``tokens`` and the raw ``nll_sum_*`` / ``count_*``.
     """
     core = unwrap_model(model)

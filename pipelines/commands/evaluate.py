@@ -9,7 +9,6 @@ and folders (read, anonymized and encoded here with the model's preprocessor; lo
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -20,15 +19,6 @@ examples:
   dynlm evaluate --model runs/ray/dntm-2026/checkpoint_000003 --data corpus/test/ --format conll
   dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval --eta 2e-5
 """
-
-ROWS = (  # (metric key, count key, label)
-    ("ppl", "count_all", "all tokens"),
-    ("ppl_first_mention", "count_first_mention", "first mention"),
-    ("ppl_reappearing", "count_reappearing", "re-appearing entity"),
-    ("ppl_after_entity", "count_after_entity", "after an entity"),
-    ("ppl_oov", "count_oov", "off the short list (OOV)"),
-)
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -165,13 +155,10 @@ def _parse(path: Path, format: str, lines_per_document: int):
 
 
 def format_metrics_table(metrics: dict, title: str) -> str:
-    """The paper's table: perplexity per token category with its token count."""
-    lines = [title, f"  {'tokens':<28}{'count':>10}{'perplexity':>14}"]
-    for key, count_key, label in ROWS:
-        value = metrics[key]
-        shown = "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
-        lines.append(f"  {label:<28}{int(metrics[count_key]):>10}{shown:>14}")
-    return "\n".join(lines)
+    """The LM task's table, with the accumulation analysis (:mod:`dynlm.tasks.lm_table`)."""
+    from dynlm.tasks.lm_table import format_metrics_table as lm_table  # lazy: keeps `dynlm --help` fast
+
+    return lm_table(metrics, title)
 
 
 def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
