@@ -97,7 +97,9 @@ def train_step(
 
     Returns:
         ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``steps``
-        (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``.
+        (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``; plus, for a
+        model whose outputs carry ``extras["gate_stats"]`` (the dynamical LM), those statistics
+        averaged over the batch's chunks (``gate_input_mean`` ...).
     """
     core = unwrap_model(model)
     model.train()
@@ -105,13 +107,14 @@ def train_step(
     state = core.init_state(batch.batch_size, device)
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     count_total = torch.zeros((), dtype=torch.long, device=device)
-    grad_norms = []
+    grad_norms, gate_stats = [], []
     steps = 0
     for start in range(0, len(batch.sentences), cfg.bptt_sentences):
         chunk = [s.to(device, non_blocking=True) for s in batch.sentences[start : start + cfg.bptt_sentences]]
         optimizer.zero_grad(set_to_none=True)
         outputs, state = model(chunk, state)  # one forward per chunk (DDP.join needs that)
         loss, nll_sum, count = chunk_loss(outputs, chunk)
+        gate_stats += [o.extras["gate_stats"] for o in outputs if "gate_stats" in o.extras]
         loss.backward()
         if cfg.grad_clip > 0:
             grad_norms.append(torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip))
@@ -132,6 +135,7 @@ def train_step(
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),
         "lr": optimizer.param_groups[0]["lr"],
+        **{key: float(torch.stack([g[key] for g in gate_stats]).mean()) for key in (gate_stats[0] if gate_stats else {})},
     }
 
 

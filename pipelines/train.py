@@ -250,14 +250,19 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg, batches: Iterat
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
-        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run).
+        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run);
+        ``gate_means``: the dynamical LM's per-step gate statistics (``gate_input_mean`` ...)
+        averaged over this rank's batches (empty for other models).
     """
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
+    gate_steps: list[dict] = []
     iterator = iter(batches)
     while True:
         batch = next(iterator, None)
         any_batch, max_steps = _agree([float(batch is not None), float(len(batch.sentences) if batch else 0)], device)
         if not any_batch:
+            totals["gate_means"] = {key: sum(g[key] for g in gate_steps) / len(gate_steps)
+                                    for key in (gate_steps[0] if gate_steps else {})}
             return totals
         max_steps = int(max_steps)
         if batch is None:
@@ -274,6 +279,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg, batches: Iterat
             totals["tokens"] += out["tokens"]
             totals["num_padded"] += batch.num_padded
             totals["documents"] += batch.batch_size
+            gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
         if after_step is not None:
             after_step()
 
@@ -418,6 +424,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
             "train_idle_batches": int(idle),
             "train_seconds": train_seconds,
             "lr": optimizer.param_groups[0]["lr"],
+            **{f"train_{k}": v for k, v in local["gate_means"].items()},  # this rank's, dynamical LM only
             **{f"valid_{k}": v for k, v in valid.items() if not k.startswith(("nll_sum_", "count_"))},
             "best_valid_ppl": best_ppl,
             "param_checksum": checksums[0],
