@@ -249,6 +249,7 @@ def choose_dynamic_eval(model: nn.Module, valid_batches: Sequence, stats: dict[s
     """
     if not etas or not lambdas:
         raise ValueError("choose_dynamic_eval: the eta and lambda grids must not be empty")
+    valid_batches = list(valid_batches)  # read once per grid point
     grid, best = [], None
     for eta in etas:
         for lam in lambdas:
