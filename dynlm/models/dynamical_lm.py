@@ -34,7 +34,8 @@ Training: the outer loss of segment s backpropagates through the updates that ma
 ``theta_hat``, to ``phi`` and ``theta``; the unroll is truncated after ``unroll_steps``
 updates (and at every :meth:`detach_state`, i.e. each BPTT chunk of the training loop).
 ``first_order`` drops second derivatives (the gradient fed to g_phi is a constant);
-``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass.
+``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass;
+``compile_update`` fuses the element-wise update at evaluation into one ``torch.compile`` kernel.
 Segments may span sentences: the gradient of a partial segment is accumulated in the state
 (of the summed NLL: the sum of partial gradients is the segment's; it is divided by the
 segment's token count at the update).
@@ -242,8 +243,8 @@ class DynamicalLM(nn.Module):
                                         retain_graph=training,
                                         allow_unused=True)
             for name, g in zip(names, grads):
-                if g is not None:
-                    grad[name] = grad[name] + g
+                if g is not None:  # the first chunk of a segment starts from zeros: no add needed
+                    grad[name] = g if seg_pos == 0 else grad[name] + g
             seg_loss = seg_loss + (nll if create_graph else nll.detach())
             seg_tokens = seg_tokens + chunk.mask.sum(dim=1).to(seg_tokens.dtype)
             seg_pos += take
@@ -275,6 +276,7 @@ class DynamicalLM(nn.Module):
         """
         mean_loss = seg_loss / seg_tokens.clamp(min=1)  # [B]
         has_tokens = seg_tokens > 0
+        all_have_tokens = bool(has_tokens.all())  # the usual case: no masking pass needed
         priors = self._priors()
         new = {}
         for name, value in fast.items():
@@ -285,12 +287,21 @@ class DynamicalLM(nn.Module):
                     _update_tensors, self.meta_learner, value, mean_grad, mean_loss, priors[name],
                     use_reentrant=False)
             else:
-                updated, input_gate, forget_gate = _update_tensors(
-                    self.meta_learner, value, mean_grad, mean_loss, priors[name])
+                fused = self.settings.compile_update and not self.training
+                update = self._compiled_update() if fused else _update_tensors
+                updated, input_gate, forget_gate = update(self.meta_learner, value, mean_grad, mean_loss, priors[name])
             if gate_stats is not None:
                 gate_stats.append(_gate_summary(Gates(input_gate.detach(), forget_gate.detach())))
-            new[name] = torch.where(has_tokens.view(shape), updated, value)
+            new[name] = updated if all_have_tokens else torch.where(has_tokens.view(shape), updated, value)
         return new
+
+    def _compiled_update(self):
+        """:func:`_update_tensors` fused by ``torch.compile`` (built on first use, kept per model)."""
+        compiled = self.__dict__.get("_compiled_update_fn")
+        if compiled is None:
+            compiled = torch.compile(_update_tensors)
+            self.__dict__["_compiled_update_fn"] = compiled  # a plain attribute: not in the state dict
+        return compiled
 
     def _score(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor]):
         """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk."""

@@ -43,8 +43,9 @@ def preprocess_gradient(grad: torch.Tensor, p: float = PREPROCESS_P) -> tuple[to
     Returns:
         ``(magnitude, sign)`` tensors of ``grad``'s shape, both roughly in [-1, 1].
     """
-    big = grad.abs() >= math.exp(-p)
-    magnitude = torch.where(big, grad.abs().clamp_min(math.exp(-p)).log() / p, torch.full_like(grad, -1.0))
+    size = grad.abs()
+    big = size >= math.exp(-p)
+    magnitude = torch.where(big, size.clamp_min(math.exp(-p)).log_().div_(p), -1.0)
     sign = torch.where(big, torch.sign(grad), grad * math.exp(p))
     return magnitude, sign
 
@@ -127,11 +128,12 @@ class MetaLearner(nn.Module):
         log_stat = denominator.log() / PREPROCESS_P  # [*shape]
         if self.hidden is None:
             # Linear gates written as weighted sums: no [B, *shape, 5] feature tensor.
+            # addcmul chains: one pass over [B, *shape] per feature.
             w, b = self.gates.weight, self.gates.bias  # [2, 5], [2]
-            pre_input = (magnitude * w[0, 0] + sign * w[0, 1] + fast * w[0, 2]
-                         + (log_stat * w[0, 4] + (loss * w[0, 3] + b[0])))
-            pre_forget = (magnitude * w[1, 0] + sign * w[1, 1] + fast * w[1, 2]
-                          + (log_stat * w[1, 4] + (loss * w[1, 3] + b[1])))
+            pre_input, pre_forget = (
+                torch.addcmul(torch.addcmul(torch.addcmul(log_stat * w[k, 4] + (loss * w[k, 3] + b[k]),
+                                                          magnitude, w[k, 0]), sign, w[k, 1]), fast, w[k, 2])
+                for k in (0, 1))
         else:
             features = torch.stack([magnitude, sign, fast, loss.expand_as(step), log_stat.expand_as(step)],
                                    dim=-1)  # [B, *shape, 5]

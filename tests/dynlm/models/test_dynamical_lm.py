@@ -245,3 +245,17 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
     assert metrics[-1]["gate_input_mean"] > 1.3  # the learned step is larger than dynamic evaluation's
     assert metrics[-1]["gate_input_std"] > 0 and "gate_forget_mean" in metrics[-1]
     assert after < before - 0.02  # measured: 3.083 -> 3.031
+
+
+@pytest.mark.slow
+def test_compiled_update_evaluates_like_the_eager_one():
+    """compile_update fuses the evaluation update (torch.compile); the numbers do not change."""
+    torch.manual_seed(0)
+    eager = _model(segment_len=4, eta=0.3, decay=0.05)
+    with torch.no_grad():
+        eager.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
+    fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True)
+    fused.load_state_dict(eager.state_dict())
+    batches = [_random_docs(3, 9, 2, seed=11)]
+    assert evaluate(fused, batches)["loss"] == pytest.approx(evaluate(eager, batches)["loss"], rel=1e-5)
+    assert "_compiled_update_fn" in fused.__dict__ and "_compiled_update_fn" not in fused.state_dict()
