@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unroll-steps", type=int, default=4)
     parser.add_argument("--meta-lr", type=float, default=3e-3, help="(c)'s outer learning rate of phi")
     parser.add_argument("--compile-update", action="store_true", help="(c): torch.compile'd update at evaluation")
+    parser.add_argument("--first-order", action="store_true", help="(c): meta-gradients without second derivatives")
     parser.add_argument("--out", default=str(REPO / "runs" / "dynamical_wikitext2.section.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     # started at dynamic evaluation of the output layer of theta_0 (eta / lambda on validation)
     dyn_cfg = model_cfg.replace(type="dynamical", dynamical=dict(
         fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
-        meta_lr=args.meta_lr, compile_update=args.compile_update))
+        meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
     dynamical.lm.load_state_dict(theta_0)
     output_names = list(dynamical.adapted_parameter_names().values())
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{meta_batches} batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the "
         f"same {meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
         f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}, linear "
-        f"gates; its rule starts as dynamic evaluation of theta_0's output layer with eta={init_cfg.lr:g}, "
+        f"gates, {'first' if args.first_order else 'second'}-order meta-gradients; its rule starts as dynamic evaluation of theta_0's output layer with eta={init_cfg.lr:g}, "
         f"lambda={init_cfg.decay:g} (picked on validation over the same grid; row (c0)). Dynamic evaluation "
         f"(b), all weights: eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
         f"{{{', '.join(f'{d:g}' for d in DYNEVAL_LAMBDAS)}}} on validation, best eta={best_cfg.lr:g}, "
