@@ -100,7 +100,8 @@ def test_results_table_csv_and_plot(tmp_path):
     rows = list(csv.DictReader(io.StringIO(results_csv(trials, keys))))
     assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
     assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
-    png = plot_results(trials, default_job(), tmp_path / "plot.png")
+    png = tmp_path / "plot.png"
+    plot_results(trials, default_job()).savefig(png, dpi=100)  # what log_figure stores
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
 
