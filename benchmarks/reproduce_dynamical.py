@@ -3,16 +3,20 @@ dynamical LM (Wolf et al., 2018), with one budget, in one run.
 
     python benchmarks/reproduce_dynamical.py                       # small CPU budget (~10 min)
     python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
-        --vocab-size 33000 --hidden 256 --static-epochs 6 --meta-steps 600
+        --vocab-size 33000 --hidden 256 --static-epochs 6 --meta-steps 600 --compile-update
 
 Articles (level-1 headings) are documents. An LSTM LM is trained on the first
 ``--train-articles`` training articles for ``--static-epochs`` epochs (theta_0). (c) a DynamicalLM
-whose theta starts from theta_0, then theta and phi are meta-trained for ``--meta-steps``
-document batches (theta at lr 3e-4). So that all three share one theta training budget, (a) is
+whose theta starts from theta_0 and whose update rule starts as dynamic evaluation of the
+output layer (RMS statistics of theta_0, eta / lambda picked on validation: row (c0), equal to
+that dynamic evaluation before any meta-training), then theta and phi are meta-trained for
+``--meta-steps`` document batches (theta at lr 3e-4, unroll ``--unroll-steps``; the gate
+statistics of every step are kept). So that all three share one theta training budget, (a) is
 theta_0 trained further on theta alone for the same ``--meta-steps`` batches (same batches, same
 lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a)'s weights with dynamic evaluation,
 eta and lambda picked on validation over a small grid. Validation/test use the first
-``--eval-articles`` articles of each split. Writes benchmarks/results/dynamical_wikitext2.md.
+``--eval-articles`` articles of each split. Writes one dated report section to ``--out``
+(default: a scratch file; benchmarks/results/dynamical_wikitext2.md collects the sections).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
-from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
+from dynlm.dynamic_eval import DynamicEvalConfig, choose_dynamic_eval, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
@@ -40,8 +44,8 @@ from dynlm.training import TrainConfig, evaluate, fit, train_step
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
 META_THETA_LR = 3e-4  # theta's lr during meta-training (c), and in (a)'s matching extra training
-DYNEVAL_ETAS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]  # (b)'s grid, tuned on validation; wide enough that
-DYNEVAL_LAMBDAS = [0.0, 0.01]                  # the best eta is not at its edge (checked in the report)
+DYNEVAL_ETAS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]  # (b)'s and (c0)'s grid, tuned on validation; wide
+DYNEVAL_LAMBDAS = [0.0, 0.01]                        # enough that the best eta is not at its edge (see the report)
 
 
 def read_articles(split: str, limit: int, data_dir: Path = DATA) -> list[dict]:
@@ -72,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--meta-steps", type=int, default=20)
     parser.add_argument("--segment-len", type=int, default=32)
     parser.add_argument("--unroll-steps", type=int, default=4)
-    parser.add_argument("--input-gate-bias", type=float, default=-3.0, help="(c)'s initial input-gate bias")
-    parser.add_argument("--forget-gate-bias", type=float, default=3.0, help="(c)'s initial forget-gate bias")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "dynamical_wikitext2.md"))
+    parser.add_argument("--meta-lr", type=float, default=3e-3, help="(c)'s outer learning rate of phi")
+    parser.add_argument("--compile-update", action="store_true", help="(c): torch.compile'd update at evaluation")
+    parser.add_argument("--first-order", action="store_true", help="(c): meta-gradients without second derivatives")
+    parser.add_argument("--out", default=str(REPO / "runs" / "dynamical_wikitext2.section.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -109,13 +114,16 @@ def main(argv: list[str] | None = None) -> int:
 
     meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
 
-    def extra_training(model, optimizer, cfg):
-        """``--meta-steps`` more document batches (epoch seeds 100, 101, ...), one train_step each."""
+    def extra_training(model, optimizer, cfg, gate_steps=None):
+        """``--meta-steps`` more document batches (epoch seeds 100, 101, ...), one train_step each;
+        ``gate_steps`` receives each step's gate statistics (the dynamical LM)."""
         nonlocal meta_batches
         step, epoch = 0, 0
         while step < args.meta_steps:
             for batch in train_batches(100 + epoch):
-                train_step(model, batch, optimizer, cfg)
+                out = train_step(model, batch, optimizer, cfg)
+                if gate_steps is not None:
+                    gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
                 step += 1
                 if step >= args.meta_steps:
                     break
@@ -134,35 +142,47 @@ def main(argv: list[str] | None = None) -> int:
     extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg)
     results = {}
     results["static"] = [timed_eval(lambda: evaluate(static, valid)), timed_eval(lambda: evaluate(static, test))]
-    print("static", results["static"], flush=True)
+    print("static", [(m["ppl"], speed) for m, speed in results["static"]], flush=True)
 
     # (b) dynamic evaluation, eta / lambda tuned on validation
     stats = collect_grad_stats(static, train_batches(0)[:4], segment_len=args.segment_len, max_segments=200)
-    grid = []
-    for lr, decay in itertools.product(DYNEVAL_ETAS, DYNEVAL_LAMBDAS):
-        cfg = DynamicEvalConfig(lr=lr, decay=decay, segment_len=args.segment_len)
-        grid.append((dynamic_evaluate(static, valid, cfg, stats)["ppl"], cfg))
-        print("dyneval grid", lr, decay, grid[-1][0], flush=True)
-    best_cfg = min(grid, key=lambda item: item[0])[1]
+    best_cfg, grid = choose_dynamic_eval(static, valid, stats, etas=DYNEVAL_ETAS, lambdas=DYNEVAL_LAMBDAS,
+                                         segment_len=args.segment_len)
+    print("dyneval grid", [(g["eta"], g["lambda"], round(g["ppl"], 2)) for g in grid], flush=True)
     results["dyneval"] = [timed_eval(lambda: dynamic_evaluate(static, valid, best_cfg, stats)),
                           timed_eval(lambda: dynamic_evaluate(static, test, best_cfg, stats))]
-    print("dyneval", results["dyneval"], flush=True)
+    print("dyneval", [(m["ppl"], speed) for m, speed in results["dyneval"]], flush=True)
 
-    # (c) meta-learned dynamical LM, theta from theta_0 (before (a)'s extra batches)
+    # (c) meta-learned dynamical LM, theta from theta_0 (before (a)'s extra batches), its rule
+    # started at dynamic evaluation of the output layer of theta_0 (eta / lambda on validation)
     dyn_cfg = model_cfg.replace(type="dynamical", dynamical=dict(
         fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
-        input_gate_bias=args.input_gate_bias, forget_gate_bias=args.forget_gate_bias, meta_lr=3e-3))
+        meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
     dynamical.lm.load_state_dict(theta_0)
-    extra_training(dynamical, torch.optim.Adam(dynamical.param_groups(META_THETA_LR)), meta_cfg)
+    output_names = list(dynamical.adapted_parameter_names().values())
+    stats_0 = collect_grad_stats(dynamical.lm, train_batches(0)[:4], segment_len=args.segment_len, max_segments=200)
+    init_cfg, init_grid = choose_dynamic_eval(dynamical.lm, valid, stats_0, etas=DYNEVAL_ETAS,
+                                              lambdas=DYNEVAL_LAMBDAS, segment_len=args.segment_len,
+                                              names=output_names)
+    dynamical.init_from_dynamic_eval(init_cfg, stats_0)
+    if args.compile_update:  # compile once, outside the timed evaluations
+        start = time.perf_counter()
+        evaluate(dynamical, valid[:1])
+        compile_seconds = time.perf_counter() - start
+    results["init"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
+    check = dynamic_evaluate(dynamical.lm, test, init_cfg, stats_0, names=output_names)
+    print("dynamical at init", [(m["ppl"], speed) for m, speed in results["init"]],
+          "output-layer dynamic evaluation", check["ppl"], flush=True)
+    gate_steps = []
+    extra_training(dynamical, torch.optim.Adam(dynamical.param_groups(META_THETA_LR)), meta_cfg, gate_steps)
     results["dynamical"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
-    print("dynamical", results["dynamical"], flush=True)
+    print("dynamical", [(m["ppl"], speed) for m, speed in results["dynamical"]], flush=True)
     total = time.perf_counter() - t_start
 
-    gates = dynamical.meta_learner.gates.bias.detach().cpu().tolist()
     command = "python benchmarks/reproduce_dynamical.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
-        "# Dynamical LM on WikiText-2 (static vs. dynamic evaluation vs. meta-learned fast weights)",
+        f"## {time.strftime('%Y-%m-%d')}: meta-learner started at dynamic evaluation",
         "",
         f"Command: `{command.strip()}` (device {device}, {args.threads} threads, total {total:.0f} s).",
         "",
@@ -170,29 +190,39 @@ def main(argv: list[str] | None = None) -> int:
         f"each cut to its first {args.max_lines or 'all'} paragraphs; target tokens {tokens}; vocabulary "
         f"{spec.output_size} (words off the {args.vocab_size}-word list are `<unk>`). LSTM 1x{args.hidden}, "
         f"{args.static_epochs} epochs (lr 3e-3) give theta_0. Same theta budget for all three: (c) starts "
-        f"from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr 3e-3) for {meta_batches} "
-        f"batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the same "
-        f"{meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
-        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}, initial "
-        f"gate biases {args.input_gate_bias:g} (input) / {args.forget_gate_bias:g} (forget). "
-        f"Dynamic evaluation (b): "
-        f"eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
+        f"from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr {args.meta_lr:g}) for "
+        f"{meta_batches} batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the "
+        f"same {meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
+        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}, linear "
+        f"gates, {'first' if args.first_order else 'second'}-order meta-gradients; its rule starts as dynamic evaluation of theta_0's output layer with eta={init_cfg.lr:g}, "
+        f"lambda={init_cfg.decay:g} (picked on validation over the same grid; row (c0)). Dynamic evaluation "
+        f"(b), all weights: eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
         f"{{{', '.join(f'{d:g}' for d in DYNEVAL_LAMBDAS)}}} on validation, best eta={best_cfg.lr:g}, "
-        f"lambda={best_cfg.decay}, segment {best_cfg.segment_len}; RMS statistics from 4 train batches.",
+        f"lambda={best_cfg.decay:g}, segment {best_cfg.segment_len}; RMS statistics from 4 train batches"
+        + (f". (c) uses compile_update (compiled in {compile_seconds:.0f} s, not in its speed)." if args.compile_update else "."),
         "",
         "| model | valid ppl | test ppl | eval tokens/s (test) | speed vs. static |",
         "|---|---|---|---|---|",
     ]
     base_speed = results["static"][1][1]
     for name, label in (("static", "(a) static LSTM"), ("dyneval", "(b) static + dynamic evaluation"),
+                        ("init", "(c0) dynamical LM before meta-training (= output-layer dynamic evaluation of theta_0)"),
                         ("dynamical", "(c) meta-learned dynamical LM")):
         (v, _), (t, speed) = results[name]
         lines.append(f"| {label} | {v['ppl']:.2f} | {t['ppl']:.2f} | {speed:.0f} | {speed / base_speed:.2f}x |")
-    lines += ["", "Dynamic-evaluation grid (valid ppl): " + ", ".join(
-        f"eta={c.lr:g}/lambda={c.decay:g}: {p:.2f}" for p, c in grid),
-        "", f"Meta-learner gate biases after training (input, forget): {gates[0]:.3f}, {gates[1]:.3f}.",
-        "", "Dynamic evaluation reads each article alone (batch 1, weights reset per article), so its "
-        "speed is not comparable to the batched (a)/(c)."]
+    fmt_grid = lambda g: ", ".join(f"eta={p['eta']:g}/lambda={p['lambda']:g}: {p['ppl']:.2f}" for p in g)  # noqa: E731
+    first, last = gate_steps[0], gate_steps[-1]
+    lines += ["", f"Check (c0): `dynamic_evaluate` of theta_0's output layer with the same rule gives test ppl "
+              f"{check['ppl']:.4f} (row (c0): {results['init'][1][0]['ppl']:.4f}).",
+              "", "(b) grid (valid ppl): " + fmt_grid(grid),
+              "", "(c0) grid, output layer of theta_0 (valid ppl): " + fmt_grid(init_grid),
+              "", "Gates during meta-training (mean / std over coordinates and updates), first -> last step: "
+              f"input {first['gate_input_mean']:.3f}/{first['gate_input_std']:.3f} -> "
+              f"{last['gate_input_mean']:.3f}/{last['gate_input_std']:.3f}, forget "
+              f"{first['gate_forget_mean']:.3f}/{first['gate_forget_std']:.3f} -> "
+              f"{last['gate_forget_mean']:.3f}/{last['gate_forget_std']:.3f}.",
+              "", "Dynamic evaluation reads each article alone (batch 1, weights reset per article), so its "
+              "speed is not comparable to the batched (a)/(c)."]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -13,12 +13,16 @@ take one step on that segment's mean NLL::
 Documents are independent articles: theta is reset to theta_0 (and the recurrent state to
 zero) at the start of every document. Each document of a batch is therefore read on its own
 (batch size 1, in order); the metrics are those of :func:`dynlm.training.evaluate`.
+
+``eta`` and ``lambda`` matter a lot and depend on the model: :func:`choose_dynamic_eval` picks
+them on validation data from a small grid (``DEFAULT_ETAS`` x ``DEFAULT_LAMBDAS``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -27,6 +31,10 @@ from dynlm.config import Config, ConfigError
 from dynlm.losses import token_nll
 from dynlm.metrics import MetricAccumulator
 from dynlm.modules.fast_weights import select_rows, slice_columns
+from dynlm.modules.meta_learner import UpdatePrior
+
+DEFAULT_ETAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # the grid of choose_dynamic_eval
+DEFAULT_LAMBDAS = (0.0, 0.01)
 
 
 @dataclass
@@ -54,6 +62,42 @@ class DynamicEvalConfig(Config):
 
 def _trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def _adapted_parameters(model: nn.Module, names: Sequence[str] | None,
+                        stats: dict[str, torch.Tensor]) -> dict[str, nn.Parameter]:
+    """The trainable parameters named in ``names`` (all when None), each with statistics."""
+    params = _trainable(model)
+    if names is not None:
+        unknown = sorted(set(names) - set(params))
+        if unknown:
+            raise ValueError(f"dynamic_evaluate: {unknown} are not trainable parameters of the model")
+        params = {name: params[name] for name in names}
+    missing = sorted(set(params) - set(stats))
+    if missing:
+        raise ValueError(f"dynamic_evaluate: no gradient statistics for {missing[:3]} "
+                         f"({len(missing)} parameters); run collect_grad_stats on this model")
+    return params
+
+
+def rms_priors(rms: dict[str, torch.Tensor], eps: float, decay: float) -> dict[str, UpdatePrior]:
+    """Per-weight ``denominator = rms + eps`` and ``decay_rate = rms / mean(rms)``.
+
+    The mean is over every coordinate of every tensor in ``rms`` (the adapted weights), and the
+    rate is clipped at ``1 / decay`` so that no coordinate is pulled past theta_0.
+
+    Args:
+        rms: name -> ``[*shape]`` RMS gradient statistics (:func:`collect_grad_stats`).
+        eps: added to the statistics.
+        decay: lambda (only for the clip; 0: no clip).
+
+    Returns:
+        name -> :class:`~dynlm.modules.meta_learner.UpdatePrior` of the tensor's shape.
+    """
+    mean_rms = torch.cat([r.flatten() for r in rms.values()]).mean().clamp_min(1e-12)
+    max_rate = 1.0 / decay if decay > 0 else float("inf")
+    return {name: UpdatePrior(denominator=r + eps, decay_rate=(r / mean_rms).clamp(max=max_rate))
+            for name, r in rms.items()}
 
 
 @torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
@@ -110,7 +154,7 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
 
 @torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
 def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
-                     stats: dict[str, torch.Tensor]) -> dict[str, float]:
+                     stats: dict[str, torch.Tensor], *, names: Sequence[str] | None = None) -> dict[str, float]:
     """Evaluate ``model`` with dynamic evaluation; the model's weights are restored afterwards.
 
     Args:
@@ -118,22 +162,17 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
         batches: ``DocumentBatch`` objects (whole documents; each is read on its own).
         cfg: step size, decay, eps and segment length.
         stats: :func:`collect_grad_stats` output for this model.
+        names: the parameters that adapt (``named_parameters`` names; default: every trainable
+            one); the others stay static. E.g. ``["decoder.weight", "decoder.bias"]``.
 
     Returns:
         The metrics of :func:`dynlm.training.evaluate` (``loss``, ``ppl``, ``ppl_*``, ``tokens`` ...),
         every token scored before the update that uses it.
     """
-    params = _trainable(model)
-    missing = sorted(set(params) - set(stats))
-    if missing:
-        raise ValueError(f"dynamic_evaluate: no gradient statistics for {missing[:3]} "
-                         f"({len(missing)} parameters); run collect_grad_stats on this model")
+    params = _adapted_parameters(model, names, stats)
     theta0 = {name: p.detach().clone() for name, p in params.items()}
-    rms = {name: stats[name].to(p.device, p.dtype) for name, p in params.items()}
-    mean_rms = torch.cat([r.flatten() for r in rms.values()]).mean().clamp_min(1e-12)
-    max_rate = 1.0 / cfg.decay if cfg.decay > 0 else float("inf")
-    decay_rate = {name: (r / mean_rms).clamp(max=max_rate) for name, r in rms.items()}
-    denominators = {name: r + cfg.eps for name, r in rms.items()}
+    priors = rms_priors({name: stats[name].to(p.device, p.dtype) for name, p in params.items()},
+                        cfg.eps, cfg.decay)
     names = list(params)
     device = next(model.parameters()).device
     metrics = MetricAccumulator()
@@ -149,10 +188,11 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
         grads = torch.autograd.grad(segment_loss, [params[n] for n in names], allow_unused=True)
         with torch.no_grad():
             for name, g in zip(names, grads):
-                p = params[name]
+                p, prior = params[name], priors[name]
+                pull = (cfg.decay * prior.decay_rate) * (theta0[name] - p)  # from theta before the step
                 if g is not None:
-                    p.sub_(cfg.lr * g / denominators[name])
-                p.add_(cfg.decay * decay_rate[name] * (theta0[name] - p))
+                    p.sub_(cfg.lr * (g / prior.denominator))
+                p.add_(pull)
 
     try:
         with torch.enable_grad():
@@ -185,3 +225,38 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
         restore()
         model.train(was_training)
     return metrics.compute()
+
+
+def choose_dynamic_eval(model: nn.Module, valid_batches: Sequence, stats: dict[str, torch.Tensor], *,
+                        etas: Sequence[float] = DEFAULT_ETAS, lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+                        eps: float = 1e-3, segment_len: int = 20,
+                        names: Sequence[str] | None = None) -> tuple[DynamicEvalConfig, list[dict]]:
+    """Pick eta and lambda of dynamic evaluation on validation documents (grid search).
+
+    Every ``(eta, lambda)`` pair of ``etas x lambdas`` runs :func:`dynamic_evaluate` on
+    ``valid_batches``; the lowest validation perplexity wins (ties: the first in grid order).
+
+    Args:
+        model: the trained static LM.
+        valid_batches: ``DocumentBatch`` objects of validation data (read once per grid point).
+        stats: :func:`collect_grad_stats` output for this model.
+        etas, lambdas: the grid.
+        eps, segment_len: fixed settings of every grid point.
+        names: the adapted parameters (see :func:`dynamic_evaluate`).
+
+    Returns:
+        ``(best config, grid)`` where grid lists ``{"eta", "lambda", "ppl", "loss"}`` in grid order.
+    """
+    if not etas or not lambdas:
+        raise ValueError("choose_dynamic_eval: the eta and lambda grids must not be empty")
+    valid_batches = list(valid_batches)  # read once per grid point
+    grid, best = [], None
+    for eta in etas:
+        for lam in lambdas:
+            cfg = DynamicEvalConfig(lr=float(eta), decay=float(lam), eps=eps, segment_len=segment_len)
+            metrics = dynamic_evaluate(model, valid_batches, cfg, stats, names=names)
+            grid.append({"eta": cfg.lr, "lambda": cfg.decay, "ppl": metrics["ppl"], "loss": metrics["loss"]})
+            loss = metrics["loss"] if math.isfinite(metrics["loss"]) else math.inf  # a diverged point loses
+            if best is None or loss < best[0]:
+                best = (loss, cfg)
+    return best[1], grid

@@ -1,5 +1,7 @@
 """The paper metrics: perplexity over all tokens, entity first mentions, re-appearing entity
-mentions, tokens after an entity mention, and out-of-short-list words.
+mentions, tokens after an entity mention, out-of-short-list words, and the accumulation analysis
+(re-appearing entity mentions by how often their entity was mentioned before: 1, 2, 3-5, 6+;
+Kobayashi et al., 2017, the ``KIND_REAPPEAR_*`` flags of :mod:`dynlm.data.batching`).
 
 Everything is kept as sums of NLL (nats) and token counts so batches and DDP workers
 aggregate exactly: all-reduce :meth:`MetricAccumulator.as_tensor` and rebuild with
@@ -12,7 +14,16 @@ import math
 
 import torch
 
-from dynlm.data.batching import KIND_AFTER_ENTITY, KIND_FIRST_MENTION, KIND_OOV, KIND_REAPPEAR
+from dynlm.data.batching import (
+    KIND_AFTER_ENTITY,
+    KIND_FIRST_MENTION,
+    KIND_OOV,
+    KIND_REAPPEAR,
+    KIND_REAPPEAR_1,
+    KIND_REAPPEAR_2,
+    KIND_REAPPEAR_3_5,
+    KIND_REAPPEAR_6_PLUS,
+)
 from dynlm.losses import token_nll
 
 # name -> KIND_* bit (None: all tokens)
@@ -22,6 +33,10 @@ CATEGORIES: dict[str, int | None] = {
     "reappearing": KIND_REAPPEAR,
     "after_entity": KIND_AFTER_ENTITY,
     "oov": KIND_OOV,
+    "reappearing_1": KIND_REAPPEAR_1,  # the entity was mentioned once before in the document
+    "reappearing_2": KIND_REAPPEAR_2,
+    "reappearing_3_5": KIND_REAPPEAR_3_5,
+    "reappearing_6_plus": KIND_REAPPEAR_6_PLUS,
 }
 
 
@@ -71,7 +86,7 @@ class MetricAccumulator:
         return self
 
     def as_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[2 * num_categories]`` float64: NLL sums then counts (all-reduce with SUM)."""
+        """``[2 * len(CATEGORIES)]`` float64: NLL sums then counts (all-reduce with SUM)."""
         return torch.tensor(
             [self.nll_sum[n] for n in CATEGORIES] + [float(self.count[n]) for n in CATEGORIES],
             dtype=torch.float64,
@@ -89,12 +104,22 @@ class MetricAccumulator:
             acc.count[name] = int(round(values[len(CATEGORIES) + i]))
         return acc
 
+    @classmethod
+    def from_metrics(cls, metrics: dict) -> "MetricAccumulator":
+        """The accumulator whose :meth:`compute` gave ``metrics`` (its ``nll_sum_*`` / ``count_*``)."""
+        acc = cls()
+        for name in CATEGORIES:
+            acc.nll_sum[name] = float(metrics[f"nll_sum_{name}"])
+            acc.count[name] = int(metrics[f"count_{name}"])
+        return acc
+
     def compute(self) -> dict[str, float]:
         """Metrics dict.
 
         Returns:
             ``loss`` (mean NLL), ``ppl``, ``ppl_first_mention``, ``ppl_reappearing``,
-            ``ppl_after_entity``, ``ppl_oov`` (NaN when a category is empty), ``tokens``,
+            ``ppl_after_entity``, ``ppl_oov``, ``ppl_reappearing_1`` / ``_2`` / ``_3_5`` /
+            ``_6_plus`` (NaN when a category is empty), ``tokens``,
             and the raw ``nll_sum_<category>`` / ``count_<category>`` values.
         """
         out: dict[str, float] = {}

@@ -103,7 +103,9 @@ def train_step(
 
     Returns:
         ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``steps``
-        (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``.
+        (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``; plus, for a
+        model whose outputs carry ``extras["gate_stats"]`` (the dynamical LM), those statistics
+        averaged over the batch's chunks (``gate_input_mean`` ...).
     """
     core = unwrap_model(model)
     model.train()
@@ -111,13 +113,14 @@ def train_step(
     state = core.init_state(batch.batch_size, device)
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     count_total = torch.zeros((), dtype=torch.long, device=device)
-    grad_norms = []
+    grad_norms, gate_stats = [], []
     steps = 0
     for start in range(0, len(batch.sentences), cfg.bptt_sentences):
         chunk = [s.to(device, non_blocking=True) for s in batch.sentences[start : start + cfg.bptt_sentences]]
         optimizer.zero_grad(set_to_none=True)
         outputs, state = model(chunk, state)  # one forward per chunk (DDP.join needs that)
         loss, nll_sum, count = chunk_loss(outputs, chunk)
+        gate_stats += [o.extras["gate_stats"] for o in outputs if "gate_stats" in o.extras]
         loss.backward()
         if cfg.grad_clip > 0:
             grad_norms.append(torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip))
@@ -138,6 +141,7 @@ def train_step(
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),
         "lr": optimizer.param_groups[0]["lr"],
+        **{key: float(torch.stack([g[key] for g in gate_stats]).mean()) for key in (gate_stats[0] if gate_stats else {})},
     }
 
 
@@ -151,6 +155,7 @@ def evaluate(model: nn.Module, batches: Iterable[DocumentBatch]) -> dict:
     Returns:
         :meth:`dynlm.metrics.MetricAccumulator.compute` of all batches: ``loss``, ``ppl``,
         ``ppl_first_mention``, ``ppl_reappearing``, ``ppl_after_entity``, ``ppl_oov``,
+        ``ppl_reappearing_1`` / ``_2`` / ``_3_5`` / ``_6_plus`` (accumulation analysis),
         ``tokens`` and the raw ``nll_sum_*`` / ``count_*``.
     """
     core = unwrap_model(model)
@@ -203,15 +208,20 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
-        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run).
+        (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run);
+        ``gate_means``: the dynamical LM's per-step gate statistics (``gate_input_mean`` ...)
+        averaged over this rank's batches (empty for other models).
     """
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
+    gate_steps: list[dict] = []
     iterator = iter(batches)
     while True:
         batch = next(iterator, None)
         any_batch, max_steps = all_reduce_values(
             [float(batch is not None), float(len(batch.sentences) if batch else 0)], device, op="max")
         if not any_batch:
+            totals["gate_means"] = {key: sum(g[key] for g in gate_steps) / len(gate_steps)
+                                    for key in (gate_steps[0] if gate_steps else {})}
             return totals
         if batch is None:
             step_batch = dummy_batch(spec, int(max_steps))
@@ -226,6 +236,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             totals["tokens"] += out["tokens"]
             totals["num_padded"] += batch.num_padded
             totals["documents"] += batch.batch_size
+            gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
         if after_step is not None:
             after_step(totals)
 
@@ -251,7 +262,7 @@ class FitState:
 
 
 def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, valid: dict, lr: float,
-                 state: FitState, checksums: list[float]) -> dict:
+                 state: FitState, checksums: list[float], gate_means: dict | None = None) -> dict:
     """The one epoch record (console, MLflow, Tune, checkpoints): ``totals`` are the all-ranks
     sums ``[nll, tokens, padded positions, documents, idle batches]``."""
     nll, tokens, padded, documents, idle = totals
@@ -267,6 +278,7 @@ def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, va
         "train_idle_batches": int(idle),
         "train_seconds": seconds,
         "lr": lr,
+        **{f"train_{k}": v for k, v in (gate_means or {}).items()},  # this rank's, dynamical LM only
         **{f"valid_{k}": v for k, v in valid.items() if not k.startswith(("nll_sum_", "count_"))},
         "best_valid_ppl": state.best_valid_ppl,
         "param_checksum": checksums[0],
@@ -366,7 +378,7 @@ def fit(
             best_weights = copy.deepcopy(core.state_dict())
         checksums = all_gather_floats(parameter_checksum(core), device)
         record = epoch_record(epoch, totals, local["steps"], seconds, valid, optimizer.param_groups[0]["lr"],
-                              state, checksums)
+                              state, checksums, local["gate_means"])
         state.epoch = epoch
         state.history.append(record)
         if on_epoch is not None and on_epoch(epoch, record):

@@ -63,6 +63,9 @@ class RunSettings(Config):
         resume: continue the run ``name`` (or the latest run under storage_path) from its
             latest checkpoint.
         register: register the best checkpoint in the MLflow model registry at the end.
+        promotion_margin: ``champion`` moves to the new version only if its validation
+            perplexity is below ``champion ppl x (1 - promotion_margin)`` (relative; see
+            ``pipelines.tracking.promotion_decision``). 0: strictly better.
         name: Ray Train run name (folder under storage_path); None: ``<model type>-<time>``.
         init_checkpoint: warm start: a dynlm checkpoint file (path or URI) whose weights
             initialize the model (optimizer and schedule start fresh); ignored when the run
@@ -81,6 +84,7 @@ class RunSettings(Config):
     fail_rank: int = 1
     resume: bool = False
     register: bool = True
+    promotion_margin: float = 0.0
     name: str | None = None
     init_checkpoint: str | None = None
 
@@ -95,6 +99,9 @@ class RunSettings(Config):
             raise ConfigError(
                 f"run.fail_rank={self.fail_rank} is not a rank of run.num_workers={self.num_workers}"
             )
+        if not 0.0 <= self.promotion_margin < 1.0:
+            raise ConfigError(f"run.promotion_margin: a fraction of the champion's perplexity in [0, 1), "
+                              f"got {self.promotion_margin}")
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
             raise ConfigError(f"run.name {self.name!r} must be a plain folder name")
 

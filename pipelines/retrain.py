@@ -14,12 +14,13 @@
                      (``init_from: champion`` -> ``run.init_checkpoint``) or from scratch
     5. evaluate      champion and challenger on the SAME fixed validation documents
                      (``validation``: a prepared folder's valid split, or raw document files)
-    6. register      the challenger as a new version, alias ``challenger``
-    7. promote       iff challenger_ppl < champion_ppl * (1 - margin): under a file lock next to
-                     the SQLite store, re-read ``champion``; if it is no longer V (another retrain
-                     promoted meanwhile) refuse with decision ``conflict`` (exit code 3), else
-                     move the alias. This is the very last registry write: a crash before it
-                     leaves ``champion`` where it was.
+    6. register      ``tracking.register_and_promote`` (the one registration path): the
+    7. promote       challenger becomes a new version, alias ``challenger``; under a file lock
+                     next to the SQLite store ``champion`` is re-read: if it is no longer V
+                     (another retrain promoted meanwhile) the decision is ``conflict`` (exit
+                     code 3), else it moves iff challenger_ppl < champion_ppl * (1 - margin).
+                     The alias move is the very last registry write: a crash before it leaves
+                     ``champion`` where it was.
 
 Every decision is one MLflow run in experiment ``dynlm-retrain`` (tags ``decision``, ``reason``,
 ``champion_ppl``, ``challenger_ppl``, ``inputs_hash``, ``validation_hash``, versions ...); the
@@ -29,10 +30,8 @@ challenger's training run is its child.
 from __future__ import annotations
 
 import hashlib
-import math
 import tempfile
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -97,7 +96,8 @@ class RetrainConfig(Config):
         init_from: ``champion`` (warm start from its weights) or ``scratch``.
         rebuild_vocabulary: refit vocabulary + BPE on the new data instead of reusing the
             champion's preprocessor.json (needs ``init_from: scratch``: the weights would not fit).
-        margin: relative margin: promote iff challenger_ppl < champion_ppl * (1 - margin).
+        margin: relative margin: promote iff challenger_ppl < champion_ppl * (1 - margin)
+            (``pipelines.tracking.promotion_decision``, the policy of every registration).
         job_overrides: ``section.key=value`` applied to the champion's job config
             (``train.epochs=2``, ``run.num_workers=4``, ``data.vocab_size=5000`` ...).
         experiment: MLflow experiment of the retrain runs.
@@ -170,10 +170,14 @@ def _sha256_files(paths: list[str]) -> str:
 
 
 def validation_hash(validation: str, data_cfg: DataConfig) -> str:
-    """Identity of the fixed validation set (content, plus anonymization for raw documents)."""
-    if is_prepared(validation):  # a local folder or a URI
-        prepared = PreparedData.open(validation)
-        return _sha256_files([str(p) for p in prepared.files("valid")])
+    """Identity of the fixed validation set (content, plus anonymization for raw documents).
+
+    For a prepared folder it is ``tracking.valid_data_hash`` of its valid split, the value every
+    training run records as ``valid_data_hash``."""
+    from pipelines import tracking
+
+    if is_prepared(validation):  # a local folder or a URI: what training runs record, too
+        return tracking.valid_data_hash(PreparedData.open(validation))
     settings = {k: getattr(data_cfg, k) for k in ("format", "max_chains", "min_chain_mentions",
                                                   "too_many_chains", "lines_per_document")}
     return config_hash({"files": _sha256_files([validation]), "settings": settings})
@@ -225,37 +229,11 @@ def validation_ppl(model, spec, rows: list[dict], batch_size: int) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def _champion_version(client, name: str):
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, "champion")
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
-            return None
-        raise
-
-
-@contextmanager
-def registry_lock(uri: str, name: str):
-    """Exclusive file lock next to a SQLite store (one promotion at a time on this machine):
-    :func:`dynlm.storage.lock` on ``<db folder>/.<name>.promotion.lock``.
-
-    For a tracking server there is no shared file; the re-read of ``champion`` under this
-    context (see :func:`retrain`) is then the only guard.
-    """
-    if not uri.startswith("sqlite:///"):
-        yield None
-        return
-    with storage.lock(Path(uri[len("sqlite:///"):]).with_name(f"{name}.promotion")) as lock_file:
-        yield lock_file
-
-
-def find_finished_retrain(client, experiment_id: str, inputs_key: str, champion_version: str):
+def find_finished_retrain(experiment_id: str, inputs_key: str, champion_version: str, uri: str):
     """A FINISHED retrain run of these inputs + config that already settled today's champion."""
-    runs = client.search_runs([experiment_id], filter_string=f"tags.inputs_key = '{inputs_key}' "
-                                                             "and attributes.status = 'FINISHED'")
-    for run in runs:
+    from pipelines import tracking
+
+    for run in tracking.find_runs(experiment_id, {"inputs_key": inputs_key}, status="FINISHED", tracking_uri=uri):
         tags = run.data.tags
         if tags.get("champion_version_before") == champion_version or (
                 tags.get("decision") == "promoted" and tags.get("champion_version_after") == champion_version):
@@ -265,15 +243,12 @@ def find_finished_retrain(client, experiment_id: str, inputs_key: str, champion_
 
 def _champion_job(version, uri: str) -> JobConfig:
     """The job config the champion was trained with (``config.yaml`` of its training run)."""
-    import mlflow
+    from pipelines import tracking
 
     run_id = version.tags.get("run_id") or version.run_id
     if not run_id:
         raise RetrainError(f"champion v{version.version} has no training run: cannot reuse its job config")
-    with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml", dst_path=tmp,
-                                                    tracking_uri=uri)
-        return JobConfig.from_dict(yaml.safe_load(Path(local).read_text(encoding="utf-8")))
+    return JobConfig.from_dict(yaml.safe_load(tracking.read_run_text(run_id, "config.yaml", tracking_uri=uri)))
 
 
 def challenger_job(cfg: RetrainConfig, champion_job: JobConfig, run_name: str, uri: str) -> JobConfig:
@@ -306,16 +281,11 @@ def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
     """Run one scheduled retraining (module docstring). Returns the decision; raises on failure
     (the retrain run is then FAILED with tags ``decision=failed`` and ``reason``; ``champion``
     is untouched)."""
-    import mlflow
-
-    from dynlm import checkpoint as dynlm_checkpoint
     from pipelines import tracking
-    from pipelines.train import run_training
 
     uri = tracking.configure(cfg.tracking_uri)
-    client = tracking.client(uri)
     name = tracking.registered_name(cfg.model_type)
-    champion = _champion_version(client, name)
+    champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
     if champion is None:
         raise RetrainError(f"no {name}@champion in {uri}: train and register a model first (dynlm train)")
     before = str(champion.version)
@@ -324,7 +294,7 @@ def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
     key = config_hash({"inputs_key": inputs_key, "champion_version": before})
     experiment_id = tracking.ensure_experiment(cfg.experiment, uri)
 
-    done = find_finished_retrain(client, experiment_id, inputs_key, before)
+    done = find_finished_retrain(experiment_id, inputs_key, before, uri)
     if done is not None:
         tags = done.data.tags
         reason = (f"already done: retrain run {done.info.run_id} processed these inputs with this config "
@@ -334,78 +304,66 @@ def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
                              challenger_version=tags.get("challenger_version"), inputs_hash=inputs_hash)
 
     run_name = f"retrain-{key[:10]}-{uuid.uuid4().hex[:6]}"
-    run = client.create_run(experiment_id, run_name=run_name, tags={
-        "retrain_key": key, "inputs_key": inputs_key, "inputs_hash": inputs_hash,
+    run_id = tracking.start_run(cfg.experiment, run_name=run_name, tracking_uri=uri, tags={
+        tracking.TAG_KIND: "retrain", "retrain_key": key, "inputs_key": inputs_key, "inputs_hash": inputs_hash,
         "champion_version_before": before, "model_name": name, "init_from": cfg.init_from,
-        "rebuild_vocabulary": str(cfg.rebuild_vocabulary), "decision": "running"})
-    run_id = run.info.run_id
-    client.log_text(run_id, yaml.safe_dump(cfg.to_dict(), sort_keys=False), "retrain.yaml")
+        "rebuild_vocabulary": str(cfg.rebuild_vocabulary), "decision": "running"},
+        texts={"retrain.yaml": yaml.safe_dump(cfg.to_dict(), sort_keys=False)})
     try:
-        champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
-            f"models:/{name}/{before}", tracking_uri=uri)
-        job = challenger_job(cfg, _champion_job(champion, uri), run_name, uri)
-        prepared = prepare_with_preprocessor(job.data, None if cfg.rebuild_vocabulary else champion_pre,
-                                             inputs_hash=inputs_hash)
-        if cfg.init_from == "champion":
-            job = job.replace(run=job.run.replace(
-                init_checkpoint=_write_init_checkpoint(job, champion_model, champion_cfg, champion_spec)))
-        client.set_tag(run_id, "challenger_data_dir", str(prepared.root))
-        log(f"[retrain] champion {name} v{before}; training a challenger on {prepared.root} "
-            f"({prepared.num_documents('train')} train documents, init_from={cfg.init_from})")
-        trained = run_training(job, prepared, parent_run_id=run_id)
-
-        challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
-            tracking.find_checkpoint_file(trained.best_checkpoint_dir))
-        val_hash = validation_hash(cfg.validation, job.data)
-        champion_ppl = validation_ppl(champion_model, champion_spec,
-                                      validation_rows(cfg.validation, champion_pre, job.data),
-                                      cfg.validation_batch_size)
-        challenger_ppl = validation_ppl(challenger, challenger_spec,
-                                        validation_rows(cfg.validation, prepared.preprocessor, job.data),
-                                        cfg.validation_batch_size)
-        threshold = champion_ppl * (1.0 - cfg.margin)
-        better = math.isfinite(challenger_ppl) and challenger_ppl < threshold
-        for tag, value in {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
-                           "validation_hash": val_hash, "challenger_run_id": trained.run_id,
-                           "challenger_data_hash": job.data.data_hash()}.items():
-            client.set_tag(run_id, tag, value)
-
-        model_uri = client.get_run(trained.run_id).data.tags[tracking.TAG_MODEL_URI]
-        version = str(mlflow.register_model(model_uri, name, tags={
-            "valid_ppl": repr(challenger_ppl), "data_hash": val_hash, "run_id": trained.run_id,
-            "retrain_run_id": run_id}).version)
-        client.set_registered_model_alias(name, tracking.CHALLENGER, version)
-        client.set_tag(run_id, "challenger_version", version)
-
-        comparison = (f"challenger v{version} ppl {challenger_ppl:.4f} vs champion v{before} ppl "
-                      f"{champion_ppl:.4f} on validation {val_hash} (needs < {threshold:.4f}, margin {cfg.margin})")
-        after = before
-        if not better:
-            decision, reason = "rejected", f"not promoted: {comparison}"
-        else:
-            if cfg.fail_before_promote:
-                raise InjectedFailure("fail_before_promote: stopping right before the champion alias moves")
-            with registry_lock(uri, name):
-                current = _champion_version(client, name)
-                current_version = str(current.version) if current is not None else None
-                if current_version != before:
-                    decision = "conflict"
-                    reason = (f"refused: champion moved from v{before} to v{current_version} while this "
-                              f"retrain ran (another retrain promoted?); {comparison}")
-                    after = current_version or ""
-                else:
-                    client.set_registered_model_alias(name, tracking.CHAMPION, version)  # the last step
-                    decision, reason, after = "promoted", f"promoted: {comparison}", version
-        client.set_model_version_tag(name, version, "promotion", reason)
-        for tag, value in {"decision": decision, "reason": reason, "champion_version_after": after}.items():
-            client.set_tag(run_id, tag, value)
-        client.set_terminated(run_id, "FINISHED")
+        result = _train_and_decide(cfg, champion, run_id, run_name, inputs_hash, uri, log)
     except BaseException as exc:
-        client.set_tag(run_id, "decision", "failed")
-        client.set_tag(run_id, "reason", f"{type(exc).__name__}: {exc}"[:5000])
-        client.set_terminated(run_id, "FAILED")
+        tracking.end_run(run_id, "FAILED", tracking_uri=uri, tags={
+            "decision": "failed", "reason": f"{type(exc).__name__}: {exc}"[:5000]})
         raise
-    log(f"[retrain] {decision}: {reason}")
-    return RetrainResult(decision, reason, run_id, before, after, challenger_version=version,
-                         champion_ppl=champion_ppl, challenger_ppl=challenger_ppl, trained=True,
-                         inputs_hash=inputs_hash)
+    log(f"[retrain] {result.decision}: {result.reason}")
+    return result
+
+
+def _fail_before_promote() -> None:
+    raise InjectedFailure("fail_before_promote: stopping right before the champion alias moves")
+
+
+def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, inputs_hash: str, uri: str,
+                      log) -> RetrainResult:
+    """Steps 3-7 of the module docstring inside the retrain run ``run_id``; closes it FINISHED."""
+    from dynlm import checkpoint as dynlm_checkpoint
+    from pipelines import tracking
+    from pipelines.train import run_training
+
+    name, before = tracking.registered_name(cfg.model_type), str(champion.version)
+    champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
+        f"models:/{name}/{before}", tracking_uri=uri)
+    job = challenger_job(cfg, _champion_job(champion, uri), run_name, uri)
+    prepared = prepare_with_preprocessor(job.data, None if cfg.rebuild_vocabulary else champion_pre,
+                                         inputs_hash=inputs_hash)
+    if cfg.init_from == "champion":
+        job = job.replace(run=job.run.replace(
+            init_checkpoint=_write_init_checkpoint(job, champion_model, champion_cfg, champion_spec)))
+    tracking.set_tags(run_id, {"challenger_data_dir": str(prepared.root)}, tracking_uri=uri)
+    log(f"[retrain] champion {name} v{before}; training a challenger on {prepared.root} "
+        f"({prepared.num_documents('train')} train documents, init_from={cfg.init_from})")
+    trained = run_training(job, prepared, parent_run_id=run_id)
+
+    challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
+        tracking.find_checkpoint_file(trained.best_checkpoint_dir))
+    val_hash = validation_hash(cfg.validation, job.data)
+    champion_ppl = validation_ppl(champion_model, champion_spec,
+                                  validation_rows(cfg.validation, champion_pre, job.data),
+                                  cfg.validation_batch_size)
+    challenger_ppl = validation_ppl(challenger, challenger_spec,
+                                    validation_rows(cfg.validation, prepared.preprocessor, job.data),
+                                    cfg.validation_batch_size)
+    tracking.set_tags(run_id, {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
+                               "validation_hash": val_hash, "challenger_run_id": trained.run_id,
+                               "challenger_data_hash": job.data.data_hash()}, tracking_uri=uri)
+    registration = tracking.register_and_promote(
+        trained.run_id, challenger_ppl, margin=cfg.margin, valid_data_hash=val_hash,
+        champion=tracking.MeasuredChampion(before, champion_ppl), tags={"retrain_run_id": run_id},
+        before_promote=_fail_before_promote if cfg.fail_before_promote else None, tracking_uri=uri)
+    after = registration.champion_version or ""
+    tracking.end_run(run_id, "FINISHED", tracking_uri=uri, tags={
+        "challenger_version": registration.version, "decision": registration.decision,
+        "reason": registration.reason, "champion_version_after": after})
+    return RetrainResult(registration.decision, registration.reason, run_id, before, after,
+                         challenger_version=registration.version, champion_ppl=champion_ppl,
+                         challenger_ppl=challenger_ppl, trained=True, inputs_hash=inputs_hash)

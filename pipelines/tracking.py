@@ -10,8 +10,12 @@ One training = one MLflow run, created on the driver (:func:`start_training_run`
 by rank 0 only (:func:`log_epoch_metrics`), closed on the driver (:func:`finish_training_run`,
 which logs the learning curve and the pyfunc model). :func:`register_and_promote` then registers
 the model as a version of ``dynlm-<model_type>`` with alias ``challenger`` and moves ``champion``
-to it only when it beats the champion's validation perplexity on the same data (same data hash).
-Stages are deprecated in MLflow 3; only aliases are used.
+to it under the one promotion policy (its docstring): a relative margin, on the same validation
+set (version tag ``valid_data_hash``). Stages are deprecated in MLflow 3; only aliases are used.
+
+Runs are found by their tags (:func:`find_runs`: ``dynlm.kind``, ``dynlm.trial_id``, ...), never
+by their names. Every ``mlflow`` call of dynlm goes through this module (the pyfunc model file
+``pipelines/pyfunc_model.py`` excepted: it is loaded by MLflow on its own).
 
 Ray workers do not see environment variables set in the driver after Ray started, so pass the
 URI returned by :func:`tracking_uri` to the workers and on to :func:`log_epoch_metrics`.
@@ -24,6 +28,8 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,10 +37,12 @@ from typing import Any
 import mlflow
 import yaml
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dynlm import storage
+from dynlm.config import config_hash
+from dynlm.data.fingerprint import input_listing
 from dynlm.data.prepared import PreparedData
 from pipelines import console
 
@@ -42,11 +50,15 @@ MODEL_NAME_PREFIX = "dynlm-"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 MODEL_ARTIFACT_NAME = "model"
-TAG_MODEL_URI = "dynlm.model_uri"  # run tag: the logged pyfunc model of the run
-_PARAM_BATCH = 100  # MLflow accepts at most 100 params per log_batch call
+# Run tags (and, for the data identities, model version tags too)
+TAG_MODEL_URI = "dynlm.model_uri"  # the logged pyfunc model of the run
+TAG_KIND = "dynlm.kind"  # what a run is: KIND_TRAINING | "tune" | "retrain"
+TAG_TRIAL_ID = "dynlm.trial_id"  # the Tune trial a training run belongs to
+TAG_DATA_HASH = "data_hash"  # DataConfig.data_hash() of the data the model TRAINED on
+TAG_VALID_DATA_HASH = "valid_data_hash"  # identity of the validation set valid_ppl was measured on
+TAG_VALID_PPL = "valid_ppl"  # version tag: perplexity on that validation set
+KIND_TRAINING = "training"
 _PARAM_VALUE_MAX = 6000
-
-_RUN_URIS: dict[str, str] = {}  # run_id -> tracking URI it was created on (this process)
 
 
 @dataclass
@@ -56,16 +68,21 @@ class RegistrationResult:
     Attributes:
         name: registered model name, ``dynlm-<model_type>``.
         version: the new version (alias ``challenger``).
-        promoted: whether ``champion`` now points at ``version``.
+        decision: ``promoted`` (``champion`` now points at ``version``), ``rejected`` (it did
+            not win), ``conflict`` (a caller-measured champion was no longer the champion).
         reason: one sentence saying why (also stored as the version tag ``promotion``).
         champion_version: the version ``champion`` points at after the call (None: none).
     """
 
     name: str
     version: str
-    promoted: bool
+    decision: str  # "promoted" | "rejected" | "conflict" (the champion moved; see register_and_promote)
     reason: str
     champion_version: str | None
+
+    @property
+    def promoted(self) -> bool:
+        return self.decision == "promoted"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +107,11 @@ def tracking_uri(explicit: str | None = None) -> str:
     return uri
 
 
+def _uri(explicit: str | None) -> str:
+    """:func:`tracking_uri` for functions whose ``tracking_uri`` argument hides it."""
+    return tracking_uri(explicit)
+
+
 def artifact_root(uri: str) -> str | None:
     """Artifact location for new experiments: ``$DYNLM_MLFLOW_ARTIFACTS``, else next to the
     SQLite file (``<db folder>/mlartifacts``); None for servers (they choose)."""
@@ -109,7 +131,9 @@ def configure(explicit: str | None = None) -> str:
     return uri
 
 
-def client(uri: str | None = None) -> MlflowClient:
+def _client(uri: str | None = None) -> MlflowClient:
+    """An MlflowClient on :func:`tracking_uri` (tracking and registry); private: callers use the
+    functions of this module."""
     uri = tracking_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
@@ -117,7 +141,7 @@ def client(uri: str | None = None) -> MlflowClient:
 def ensure_experiment(name: str, uri: str | None = None) -> str:
     """Experiment id of ``name``, created with the local artifact root when missing."""
     uri = tracking_uri(uri)
-    mlflow_client = client(uri)
+    mlflow_client = _client(uri)
     experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
@@ -127,8 +151,107 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
         return mlflow_client.get_experiment_by_name(name).experiment_id
 
 
-def _uri_of(run_id: str, explicit: str | None) -> str:
-    return tracking_uri(explicit or _RUN_URIS.get(run_id))
+def start_run(experiment: str, *, run_name: str, tags: dict[str, str], params: dict[str, Any] | None = None,
+              texts: dict[str, str] | None = None, tracking_uri: str | None = None) -> str:
+    """Create a RUNNING run in ``experiment`` (created when missing) and return its id.
+
+    Args:
+        experiment: MLflow experiment name.
+        run_name: shown in the UI (runs are found by ``tags``, never by this name).
+        tags: run tags (``dynlm.kind``, ``mlflow.parentRunId``, ...).
+        params: logged with ``log_batch`` (MLflow splits them into batches it accepts).
+        texts: ``{artifact path: text}`` logged with ``log_text``.
+        tracking_uri: None: :func:`tracking_uri`.
+    """
+    uri = _uri(tracking_uri)
+    mlflow_client = _client(uri)
+    run_id = mlflow_client.create_run(ensure_experiment(experiment, uri), run_name=run_name,
+                                      tags=tags).info.run_id
+    if params:
+        mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+    for path, text in (texts or {}).items():
+        mlflow_client.log_text(run_id, text, path)
+    return run_id
+
+
+def set_tags(run_id: str, tags: dict[str, Any], *, tracking_uri: str | None = None) -> None:
+    """Set run tags in one call (values become strings)."""
+    _client(tracking_uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def log_metrics(run_id: str, metrics: dict[str, Any], *, step: int = 0, tracking_uri: str | None = None) -> None:
+    """Log the numeric values of ``metrics`` at ``step`` in one call (NaN/inf included; strings
+    such as checkpoint paths and booleans are not metrics and are skipped)."""
+    timestamp = int(time.time() * 1000)
+    batch = [Metric(key, float(value), timestamp, int(step)) for key, value in sorted(metrics.items())
+             if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    if batch:
+        _client(tracking_uri).log_batch(run_id, metrics=batch)
+
+
+def log_text(run_id: str, text: str, path: str, *, tracking_uri: str | None = None) -> None:
+    """Log ``text`` as the artifact ``path`` (CSV, JSON, YAML ...), no temporary file."""
+    _client(tracking_uri).log_text(run_id, text, path)
+
+
+def log_figure(run_id: str, figure, path: str, *, tracking_uri: str | None = None) -> None:
+    """Log a Matplotlib figure as the artifact ``path`` (``*.png``) and close it."""
+    try:
+        _client(tracking_uri).log_figure(run_id, figure, path)
+    finally:
+        pyplot().close(figure)
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (no display needed; figures go to MLflow)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def end_run(run_id: str, status: str = "FINISHED", *, tags: dict[str, Any] | None = None,
+            tracking_uri: str | None = None) -> None:
+    """Set ``tags`` (if any), then close the run with ``status`` (FINISHED | FAILED | KILLED)."""
+    if tags:
+        set_tags(run_id, tags, tracking_uri=tracking_uri)
+    _client(tracking_uri).set_terminated(run_id, status)
+
+
+def get_run(run_id: str, *, tracking_uri: str | None = None):
+    """The MLflow ``Run`` (``run.info.status``, ``run.data.tags``, ``run.data.metrics``)."""
+    return _client(tracking_uri).get_run(run_id)
+
+
+def find_runs(experiment_id: str, tags: dict[str, str], *, status: str | None = None,
+              tracking_uri: str | None = None) -> list:
+    """The runs of ``experiment_id`` whose tags have exactly these values, oldest first.
+
+    Args:
+        experiment_id: e.g. ``get_run(parent).info.experiment_id``.
+        tags: ``{"mlflow.parentRunId": parent, "dynlm.trial_id": trial_id}``; values must not
+            contain a single quote (ids and hashes never do).
+        status: only runs with this status (``FINISHED`` ...).
+    """
+    clauses = []
+    for key, value in tags.items():
+        if "'" in str(value) or "`" in key:
+            raise ValueError(f"find_runs: tag {key!r}={value!r} cannot be searched for")
+        clauses.append(f"tags.`{key}` = '{value}'")
+    if status is not None:
+        clauses.append(f"attributes.status = '{status}'")
+    return list(_client(tracking_uri).search_runs([experiment_id], " and ".join(clauses), max_results=10000,
+                                                 order_by=["attributes.start_time ASC"]))
+
+
+def read_run_text(run_id: str, path: str, *, tracking_uri: str | None = None) -> str:
+    """The text of the artifact ``path`` of run ``run_id`` (e.g. ``config.yaml``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,
+                                                    tracking_uri=_uri(tracking_uri))
+        return Path(local).read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,49 +278,54 @@ def flatten_config(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def valid_data_hash(prepared: PreparedData) -> str:
+    """Identity of the validation set of ``prepared``: the content of its ``valid`` shards.
+
+    Stored as the run and version tag ``valid_data_hash``; :func:`register_and_promote` compares
+    perplexities only between versions with the same value. Two folders with byte-identical
+    valid shards (same documents, same encoding) give the same value, wherever they live.
+    """
+    return config_hash({"valid_shards": input_listing([str(f) for f in prepared.files("valid")])})
+
+
 def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None = None,
-                       run_name: str | None = None) -> str:
+                       run_name: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Create the MLflow run of one training on the driver and return its id.
 
     Logs the whole job config as flattened params and as ``config.yaml``, the prepared data's
-    ``preprocessor.json`` and ``manifest.json``, and the tags ``data_hash``, ``model_type``,
-    ``training_hash`` (and ``mlflow.parentRunId`` for Tune trials). The run stays RUNNING until
-    :func:`finish_training_run`.
+    ``preprocessor.json`` and ``manifest.json``, and the tags ``data_hash`` (the training data),
+    ``valid_data_hash`` (its validation split), ``model_type``, ``training_hash``,
+    ``dynlm.kind=training`` (and ``mlflow.parentRunId`` for Tune trials). The run stays RUNNING
+    until :func:`finish_training_run`.
 
     Args:
         job: a :class:`pipelines.config.JobConfig`.
         prepared: the prepared data the job trains on.
         parent_run_id: the Tune parent run, for nested runs.
         run_name: MLflow run name (default: ``job.run.name`` or ``<model type>-<time>``).
+        tags: more run tags (``dynlm.trial_id`` of a Tune trial).
     """
-    uri = tracking_uri(job.run.tracking_uri)
-    experiment_id = ensure_experiment(job.run.experiment, uri)
-    mlflow_client = client(uri)
-    tags = {
-        "data_hash": job.data.data_hash(),
-        "model_type": job.model.type,
-        "training_hash": job.training_hash(),
-        "dynlm.prepared_root": str(prepared.root),
-    }
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    name = run_name or job.run.name or f"{job.model.type}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run = mlflow_client.create_run(experiment_id, run_name=name, tags=tags)
-    run_id = run.info.run_id
-    _RUN_URIS[run_id] = uri
-
-    params = [Param(k, v) for k, v in sorted(flatten_config(job.to_dict()).items())]
-    for start in range(0, len(params), _PARAM_BATCH):
-        mlflow_client.log_batch(run_id, params=params[start:start + _PARAM_BATCH])
-    mlflow_client.log_text(run_id, yaml.safe_dump(job.to_dict(), sort_keys=False), "config.yaml")
+    texts = {"config.yaml": yaml.safe_dump(job.to_dict(), sort_keys=False)}
     for name in ("preprocessor.json", "manifest.json"):  # read through the filesystem: root may be a URI
         try:
-            text = prepared.read_bytes(name).decode("utf-8")
+            texts[f"data/{name}"] = prepared.read_bytes(name).decode("utf-8")
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{prepared.root}/{name} is missing: is {prepared.root} a complete "
                                     "prepared folder?") from exc
-        mlflow_client.log_text(run_id, text, f"data/{name}")
-    return run_id
+    run_tags = {
+        TAG_KIND: KIND_TRAINING,
+        TAG_DATA_HASH: job.data.data_hash(),
+        TAG_VALID_DATA_HASH: valid_data_hash(prepared),
+        "model_type": job.model.type,
+        "training_hash": job.training_hash(),
+        "dynlm.prepared_root": str(prepared.root),
+        **(tags or {}),
+    }
+    if parent_run_id:
+        run_tags["mlflow.parentRunId"] = parent_run_id
+    return start_run(job.run.experiment, tags=run_tags, params=flatten_config(job.to_dict()), texts=texts,
+                     run_name=run_name or job.run.name or f"{job.model.type}-{time.strftime('%Y%m%d-%H%M%S')}",
+                     tracking_uri=job.run.tracking_uri)
 
 
 def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,
@@ -213,24 +341,17 @@ def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,
         tracking_uri: the URI resolved on the driver (Ray workers do not see the driver's
             environment); None: resolved here.
     """
-    timestamp = int(time.time() * 1000)
-    batch = [Metric(key, float(value), timestamp, int(epoch)) for key, value in sorted(metrics.items())
-             if isinstance(value, (int, float)) and not isinstance(value, bool)]
-    if batch:
-        client(_uri_of(run_id, tracking_uri)).log_batch(run_id, metrics=batch)
+    log_metrics(run_id, metrics, step=epoch, tracking_uri=tracking_uri)
 
 
-def plot_learning_curve(history: list[dict[str, Any]], path: str | Path) -> Path:
-    """Save a PNG of every perplexity in ``history`` (one dict per epoch) against the epoch.
+def plot_learning_curve(history: list[dict[str, Any]]):
+    """A figure of every perplexity in ``history`` (one dict per epoch) against the epoch.
 
     Left panel: ``*ppl`` keys (train/valid perplexity); right: the other ``*ppl_*`` keys
-    (first mention, re-appearing, after entity, OOV). Log-scale y. Matplotlib's Agg backend.
+    (first mention, re-appearing, after entity, OOV). Log-scale y. Returns the Matplotlib
+    figure (log it with :func:`log_figure`, or ``savefig`` it).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if not history:
         raise ValueError("plot_learning_curve: empty history (no epoch finished)")
     epochs = [row["epoch"] if "epoch" in row else i for i, row in enumerate(history)]
@@ -251,10 +372,7 @@ def plot_learning_curve(history: list[dict[str, Any]], path: str | Path) -> Path
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: PreparedData,
@@ -268,7 +386,7 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
             the file itself).
         prepared: the prepared data (its ``preprocessor.json`` goes into the model).
         history: one metrics dict per epoch, as logged with :func:`log_epoch_metrics`.
-        tracking_uri: None: the URI the run was created on.
+        tracking_uri: the run's tracking URI (None: :func:`tracking_uri`).
         status: final run status.
 
     Returns:
@@ -276,26 +394,22 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     """
     from dynlm import checkpoint
 
-    uri = _uri_of(run_id, tracking_uri)
-    mlflow_client = client(uri)
-    with tempfile.TemporaryDirectory() as tmp:
-        if history:
-            png = plot_learning_curve(history, Path(tmp) / "learning_curve.png")
-            mlflow_client.log_artifact(run_id, str(png))
-        mlflow_client.log_text(run_id, json.dumps(history, indent=1, default=str), "history.json")
+    uri = _uri(tracking_uri)
+    if history:
+        log_figure(run_id, plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+    log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)
     valid = [row["valid_ppl"] for row in history if "valid_ppl" in row]
     final = {"epochs_completed": len(history)}
     if valid:
         final["best_valid_ppl"] = min(valid)
-    log_epoch_metrics(run_id, len(history), final, tracking_uri=uri)
+    log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
     model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))
     with tempfile.TemporaryDirectory() as tmp:  # a local copy: the prepared root may be a URI
         preprocessor_path = Path(tmp) / "preprocessor.json"
         preprocessor_path.write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
         model_uri = log_pyfunc_model(run_id, model, model_cfg, spec, preprocessor_path, tracking_uri=uri)
-    mlflow_client.set_tag(run_id, TAG_MODEL_URI, model_uri)
-    mlflow_client.set_terminated(run_id, status)
+    end_run(run_id, status, tags={TAG_MODEL_URI: model_uri}, tracking_uri=uri)
     return model_uri
 
 
@@ -333,7 +447,7 @@ def save_pyfunc_model(path: str | Path, model, model_cfg, spec, preprocessor_pat
 def log_pyfunc_model(run_id: str, model, model_cfg, spec, preprocessor_path: str | Path, *,
                      tracking_uri: str | None = None) -> str:
     """Log the pyfunc model (name ``model``) in run ``run_id``; return ``models:/<model id>``."""
-    configure(_uri_of(run_id, tracking_uri))
+    configure(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = pyfunc_model_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
         with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
@@ -373,76 +487,151 @@ def registered_name(model_type: str) -> str:
     return f"{MODEL_NAME_PREFIX}{model_type}"
 
 
-def register_and_promote(run_id: str, model_type: str, valid_ppl: float, data_hash: str, *,
-                         margin: float = 0.0, tracking_uri: str | None = None) -> RegistrationResult:
-    """Register the run's model as ``dynlm-<model_type>@challenger``; maybe move ``champion``.
+@dataclass(frozen=True)
+class MeasuredChampion:
+    """The champion as scored by the caller on the challenger's validation set (retraining
+    scores both models on one fixed set): its version and perplexity there."""
 
-    ``champion`` moves to the new version when there is no champion yet, or when the champion
-    was validated on the same data (version tag ``data_hash``) and
-    ``valid_ppl < champion valid_ppl - margin``. A champion on other data is never replaced
-    automatically (the perplexities are not comparable); the reason says so. The new version
-    gets the tags ``valid_ppl``, ``data_hash``, ``run_id`` and ``promotion`` (the reason).
+    version: str
+    ppl: float
+
+
+def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | None,
+                       champion_hash: str | None, margin: float) -> tuple[bool, str]:
+    """THE promotion policy of dynlm: whether a challenger replaces the champion, and why.
+
+    Promote iff there is no champion yet, or both were scored on the same validation set
+    (``valid_hash == champion_hash``) and ``valid_ppl < champion_ppl * (1 - margin)``.
+
+    The margin is RELATIVE: perplexity is ``exp(cross entropy)``, so a fixed fraction of it is a
+    fixed difference in loss (``margin=0.01`` asks for ~0.01 nats per token) whatever the scale;
+    an absolute margin of 1 point would be noise at perplexity 300 and a big step at 20.
 
     Args:
-        run_id: a run closed by :func:`finish_training_run` (its tag ``dynlm.model_uri``).
-        model_type: ``rnn`` | ``dntm`` | ``dynamical``.
-        valid_ppl: validation perplexity of the registered weights.
-        data_hash: ``DataConfig.data_hash()`` of the data they were validated on.
-        margin: perplexity points the challenger must win by.
+        valid_ppl: the challenger's validation perplexity.
+        valid_hash: identity of the validation set it was measured on (``valid_data_hash``).
+        champion_ppl: the champion's perplexity (None: there is no champion).
+        champion_hash: the validation set the champion's perplexity was measured on.
+        margin: in ``[0, 1)``; 0 means "strictly better".
+
+    Returns:
+        ``(promote, reason)``; the reason is one sentence without the verdict prefix.
     """
-    uri = _uri_of(run_id, tracking_uri)
-    mlflow_client = client(uri)
-    run = mlflow_client.get_run(run_id)
-    model_uri = run.data.tags.get(TAG_MODEL_URI)
-    if model_uri is None:
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"promotion margin must be in [0, 1) (a fraction of the champion's perplexity), "
+                         f"got {margin}")
+    if not math.isfinite(valid_ppl):
+        return False, f"valid_ppl {valid_ppl} is not finite"
+    if champion_ppl is None:
+        return True, "there was no champion yet"
+    if champion_hash != valid_hash:
+        return False, (f"the champion was validated on {champion_hash}, the challenger on {valid_hash}; "
+                       "perplexities on different validation sets are not comparable (evaluate both "
+                       "on one dataset and set the alias by hand)")
+    threshold = champion_ppl * (1.0 - margin)
+    verb = "beats" if valid_ppl < threshold else "does not beat"
+    return valid_ppl < threshold, (f"valid_ppl {valid_ppl:.4f} {verb} champion ppl {champion_ppl:.4f} "
+                                   f"x (1 - margin {margin:g}) = {threshold:.4f} on validation {valid_hash}")
+
+
+@contextmanager
+def promotion_lock(uri: str, name: str):
+    """One promotion of ``name`` at a time: a file lock next to a SQLite store (every process
+    and thread of this machine). A tracking server has no shared file; the re-read of
+    ``champion`` under this lock (:func:`register_and_promote`) is then the only guard."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    with storage.lock(Path(uri[len("sqlite:///"):]).with_name(f"{name}.promotion")):
+        yield
+
+
+def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
+                         valid_data_hash: str | None = None, champion: MeasuredChampion | None = None,
+                         tags: dict[str, str] | None = None, before_promote: Callable[[], None] | None = None,
+                         tracking_uri: str | None = None) -> RegistrationResult:
+    """Register the run's model as ``dynlm-<model_type>@challenger``; maybe move ``champion``.
+
+    The one registration path of train, tune and retrain. The decision is
+    :func:`promotion_decision` (relative ``margin``, same validation set), taken under
+    :func:`promotion_lock` against the champion read there, and the alias move is the last
+    registry write, so concurrent callers promote at most once per champion they beat:
+
+    * ``champion=None``: the champion's own version tags ``valid_ppl`` / ``valid_data_hash`` are
+      compared (train and tune: models validated on their prepared data's valid split);
+    * ``champion=MeasuredChampion(v, ppl)``: the caller scored version ``v`` on the challenger's
+      validation set; if ``champion`` no longer points at ``v`` (another caller promoted
+      meanwhile) the decision is ``conflict`` and nothing moves (retrain).
+
+    The new version gets the tags ``valid_ppl``, ``valid_data_hash``, ``data_hash`` (the
+    training data, from the run), ``run_id``, ``promotion`` (the reason) and ``tags``.
+
+    Args:
+        run_id: a run closed by :func:`finish_training_run` (tags ``dynlm.model_uri``,
+            ``model_type``, ``data_hash``, ``valid_data_hash``).
+        valid_ppl: validation perplexity of the registered weights.
+        margin: relative margin in ``[0, 1)`` (``run.promotion_margin``, retrain's ``margin``).
+        valid_data_hash: the validation set ``valid_ppl`` was measured on; None: the run's
+            ``valid_data_hash`` tag (its prepared data's valid split).
+        champion: see above.
+        tags: more version tags.
+        before_promote: called under the lock right before the alias moves (fault injection).
+        tracking_uri: None: :func:`tracking_uri`.
+    """
+    uri = _uri(tracking_uri)
+    mlflow_client = _client(uri)
+    run_tags = get_run(run_id, tracking_uri=uri).data.tags
+    if TAG_MODEL_URI not in run_tags:
         raise ValueError(f"run {run_id} has no logged model (tag {TAG_MODEL_URI}); "
                          "call finish_training_run first")
-    name = registered_name(model_type)
+    valid_hash = valid_data_hash or run_tags[TAG_VALID_DATA_HASH]
+    name = registered_name(run_tags["model_type"])
     configure(uri)
     console.route_library_logs()  # mute "Successfully registered ..." (log_model turns MLflow's prints back on)
-    version = mlflow.register_model(
-        model_uri, name,
-        tags={"valid_ppl": repr(float(valid_ppl)), "data_hash": data_hash, "run_id": run_id},
-    ).version
+    version = str(mlflow.register_model(run_tags[TAG_MODEL_URI], name, tags={
+        TAG_VALID_PPL: repr(float(valid_ppl)), TAG_VALID_DATA_HASH: valid_hash,
+        TAG_DATA_HASH: run_tags[TAG_DATA_HASH], "run_id": run_id, **(tags or {})}).version)
     mlflow_client.set_registered_model_alias(name, CHALLENGER, version)
-
-    champion = version_by_alias(mlflow_client, name, CHAMPION)
-    promoted = False
-    if not math.isfinite(valid_ppl):
-        reason = f"not promoted: valid_ppl {valid_ppl} is not finite"
-    elif champion is None:
-        promoted, reason = True, "promoted: there was no champion yet"
-    elif champion.tags.get("data_hash") != data_hash:
-        reason = (f"not promoted: champion v{champion.version} was validated on data "
-                  f"{champion.tags.get('data_hash')}, v{version} on {data_hash}; perplexities on "
-                  "different data are not comparable (evaluate both on one dataset and set the "
-                  "alias by hand)")
-    else:
-        champion_ppl = float(champion.tags["valid_ppl"])
-        if valid_ppl < champion_ppl - margin:
-            promoted = True
-            reason = (f"promoted: valid_ppl {valid_ppl:.4f} beats champion v{champion.version} "
-                      f"({champion_ppl:.4f}) by more than {margin}")
+    with promotion_lock(uri, name):
+        current = version_by_alias(name, CHAMPION, tracking_uri=uri)
+        current_version = None if current is None else str(current.version)
+        if champion is not None and current_version != champion.version:
+            decision, reason = "conflict", (f"refused: champion moved from v{champion.version} to "
+                                            f"v{current_version} while v{version} was being trained and scored")
         else:
-            reason = (f"not promoted: valid_ppl {valid_ppl:.4f} does not beat champion "
-                      f"v{champion.version} ({champion_ppl:.4f}) by more than {margin}")
-    if promoted:
-        mlflow_client.set_registered_model_alias(name, CHAMPION, version)
+            if champion is not None:
+                champion_ppl, champion_hash = champion.ppl, valid_hash
+            elif current is not None:
+                champion_ppl = float(current.tags.get(TAG_VALID_PPL, "nan"))
+                champion_hash = current.tags.get(TAG_VALID_DATA_HASH)
+            else:
+                champion_ppl = champion_hash = None
+            promote, why = promotion_decision(valid_ppl, valid_hash, champion_ppl, champion_hash, margin)
+            against = f" (v{version} vs champion v{current_version})" if current is not None else ""
+            decision, reason = ("promoted", f"promoted: {why}{against}") if promote else \
+                ("rejected", f"not promoted: {why}{against}")
+            if promote:
+                if before_promote is not None:
+                    before_promote()
+                mlflow_client.set_registered_model_alias(name, CHAMPION, version)  # the last step
+                current_version = version
     mlflow_client.set_model_version_tag(name, version, "promotion", reason)
-    mlflow_client.set_tag(run_id, "registered_version", f"{name}/{version}")
-    return RegistrationResult(name=name, version=str(version), promoted=promoted, reason=reason,
-                              champion_version=str(version) if promoted else
-                              (str(champion.version) if champion is not None else None))
+    set_tags(run_id, {"registered_version": f"{name}/{version}"}, tracking_uri=uri)
+    return RegistrationResult(name=name, version=version, decision=decision, reason=reason,
+                              champion_version=current_version)
 
 
-def version_by_alias(mlflow_client: MlflowClient, name: str, alias: str):
-    """The ModelVersion that ``name@alias`` points at, or None when the alias (or model) is absent."""
+def version_by_alias(name: str, alias: str, *, tracking_uri: str | None = None):
+    """The ModelVersion that ``name@alias`` points at, or None when the model or the alias is absent."""
+    mlflow_client = _client(tracking_uri)
     try:
-        return mlflow_client.get_model_version_by_alias(name, alias)
+        model = mlflow_client.get_registered_model(name)
     except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
             return None
         raise
+    version = model.aliases.get(alias)
+    return None if version is None else mlflow_client.get_model_version(name, str(version))
 
 
 def load_model(uri: str, *, tracking_uri: str | None = None):

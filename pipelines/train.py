@@ -381,13 +381,12 @@ def _mark_ended_early(run_id: str, uri: str, exc: BaseException) -> None:
     with the error as the tag ``dynlm.error``."""
     from pipelines import tracking
 
-    client = tracking.client(uri)
-    client.set_tag(run_id, "dynlm.error", f"{type(exc).__name__}: {exc}"[:5000])
-    client.set_terminated(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+    tracking.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED",
+                     tags={"dynlm.error": f"{type(exc).__name__}: {exc}"[:5000]}, tracking_uri=uri)
 
 
 def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str | None = None,
-                 tune_callback: bool = False) -> TrainingResult:
+                 tune_callback: bool = False, run_tags: dict[str, str] | None = None) -> TrainingResult:
     """Train ``job`` on ``prepared`` with Ray Train; track in MLflow; maybe register.
 
     Args:
@@ -395,6 +394,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         prepared: the prepared data folder (its Parquet files are streamed by Ray Data).
         parent_run_id: MLflow parent run (a Tune search).
         tune_callback: report every epoch to Ray Tune (inside a Tune trial).
+        run_tags: more tags of the MLflow run (``dynlm.trial_id`` of a Tune trial).
 
     Returns:
         :class:`TrainingResult`.
@@ -416,7 +416,8 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
                              f"prepares {job.data.data_hash()}")
         run_id = info["mlflow_run_id"]
     else:
-        run_id = tracking.start_training_run(job, prepared, parent_run_id=parent_run_id, run_name=name)
+        run_id = tracking.start_training_run(job, prepared, parent_run_id=parent_run_id, run_name=name,
+                                              tags=run_tags)
         _write_run_info(run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri,
                                   "data_hash": job.data.data_hash(), "job": job.to_dict()})
     root = storage.absolute(prepared.root)  # a URI, or an absolute path
@@ -449,8 +450,8 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     tracking.finish_training_run(run_id, best_dir, prepared, history, tracking_uri=uri)
     version = None
     if job.run.register:
-        registration = tracking.register_and_promote(run_id, job.model.type, best[1]["valid_ppl"],
-                                                     job.data.data_hash(), tracking_uri=uri)
+        registration = tracking.register_and_promote(run_id, best[1]["valid_ppl"],
+                                                     margin=job.run.promotion_margin, tracking_uri=uri)
         version = registration.version
         print(f"[train] registered {registration.name} v{registration.version}: {registration.reason}")
     return TrainingResult(run_id=run_id, best_checkpoint_dir=str(best_dir), best_valid_ppl=best[1]["valid_ppl"],

@@ -145,13 +145,13 @@ def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
 def _finished_run_of(trial_id: str, context: dict):
     """The FINISHED child run of ``trial_id`` (a trial restored after an interrupt may already
     have finished its training: Tune saved it as unfinished), or None."""
+    from pipelines import tracking
+
     uri = context["base"]["run"]["tracking_uri"]  # set by _absolute_base
-    prefix = f"{context['experiment']}-{trial_id}-"
-    for run in _child_runs(context["parent_run_id"], uri):
-        if (run.info.run_name or "").startswith(prefix) and run.info.status == "FINISHED" \
-                and "best_valid_ppl" in run.data.metrics:
-            return run
-    return None
+    runs = [run for run in _child_runs(context["parent_run_id"], uri, status="FINISHED",
+                                       **{tracking.TAG_TRIAL_ID: trial_id})
+            if "best_valid_ppl" in run.data.metrics]
+    return runs[-1] if runs else None
 
 
 def train_driver_fn(config: dict, context: dict) -> None:
@@ -166,6 +166,7 @@ def train_driver_fn(config: dict, context: dict) -> None:
     from ray import tune
 
     from dynlm.data.prepared import PreparedData
+    from pipelines.tracking import TAG_TRIAL_ID
     from pipelines.train import run_training
 
     trial_id = tune.get_context().get_trial_id()
@@ -178,7 +179,8 @@ def train_driver_fn(config: dict, context: dict) -> None:
     job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
     root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
-    run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True)
+    run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
+                 run_tags={TAG_TRIAL_ID: trial_id})
 
 
 def _derive_in_trial(cfg, context: dict):
@@ -389,39 +391,39 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
     sign = 1.0 if space.tune.mode == "min" else -1.0
     result.best = min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
     result.artifacts = log_results(parent_run_id, trials, context["search_keys"], space.base, uri)
-    client = tracking.client(uri)
-    client.log_metric(parent_run_id, "search_wall_s", wall)
-    client.log_metric(parent_run_id, "num_trials", len(trials))
-    _report_failures(trials, client, parent_run_id)
+    tracking.log_metrics(parent_run_id, {"search_wall_s": wall, "num_trials": len(trials)}, tracking_uri=uri)
+    _report_failures(trials, parent_run_id, uri)
     if result.best is not None:
-        best_run = client.get_run(result.best.run_id)
-        client.log_metric(parent_run_id, "best_valid_ppl", result.best.best_valid_ppl)
-        client.set_tag(parent_run_id, "best_trial", result.best.trial_id)
-        client.set_tag(parent_run_id, "best_run_id", result.best.run_id)
+        best_ppl = tracking.get_run(result.best.run_id, tracking_uri=uri).data.metrics.get(
+            "best_valid_ppl", result.best.best_valid_ppl)
+        tracking.log_metrics(parent_run_id, {"best_valid_ppl": result.best.best_valid_ppl}, tracking_uri=uri)
+        tracking.set_tags(parent_run_id, {"best_trial": result.best.trial_id, "best_run_id": result.best.run_id},
+                          tracking_uri=uri)
         result.registration = tracking.register_and_promote(
-            result.best.run_id, best_run.data.tags["model_type"],
-            float(best_run.data.metrics.get("best_valid_ppl", result.best.best_valid_ppl)),
-            best_run.data.tags["data_hash"], tracking_uri=uri)
+            result.best.run_id, best_ppl, margin=space.base.run.promotion_margin, tracking_uri=uri)
         print(f"[tune] best trial {result.best.trial_id}: valid_ppl {result.best.best_valid_ppl:.3f}; "
               f"registered {result.registration.name} v{result.registration.version} "
               f"({result.registration.reason})", flush=True)
     else:
         print("[tune] no trial finished training; nothing registered", flush=True)
-    client.set_terminated(parent_run_id, "FINISHED" if finished else "FAILED")
+    tracking.end_run(parent_run_id, "FINISHED" if finished else "FAILED", tracking_uri=uri)
     return result
 
 
-def _report_failures(trials: list[TrialSummary], client, parent_run_id: str) -> None:
+def _report_failures(trials: list[TrialSummary], parent_run_id: str, uri: str) -> None:
     """Print the errored trials (first line of each error); count them on the parent run."""
+    from pipelines import tracking
+
     failed = [t for t in trials if t.status == "ERROR"]
-    client.log_metric(parent_run_id, "num_failed_trials", len(failed))
+    tracking.log_metrics(parent_run_id, {"num_failed_trials": len(failed)}, tracking_uri=uri)
     if not failed:
         return
     print(f"[tune] {len(failed)} of {len(trials)} trials failed:", flush=True)
     for t in failed:
         print(f"[tune]   {t.trial_id}: {t.error}", flush=True)
-    client.set_tag(parent_run_id, "dynlm.failed_trials",
-                   "\n".join(f"{t.trial_id}: {t.error}" for t in failed)[:5000])
+    tracking.set_tags(parent_run_id, {"dynlm.failed_trials": "\n".join(f"{t.trial_id}: {t.error}"
+                                                                         for t in failed)[:5000]},
+                      tracking_uri=uri)
 
 
 def error_line(error: BaseException | None) -> str | None:
@@ -452,29 +454,23 @@ def _start_parent_run(space: SearchSpace, base, experiment: str, exp_uri: str, n
 
     from pipelines import tracking
 
-    uri = base.run.tracking_uri
-    experiment_id = tracking.ensure_experiment(base.run.experiment, uri)
-    client = tracking.client(uri)
-    run = client.create_run(experiment_id, run_name=experiment,
-                            tags={"dynlm.kind": "tune", "dynlm.tune_path": exp_uri})
-    run_id = run.info.run_id
     params = {"space_file": space.source, "num_prepared_data_configs": num_prepared,
               **{f"tune.{k}": v for k, v in space.tune.to_dict().items()},
               **{f"search.{k}": json.dumps(v) for k, v in space.search.items()}}
-    for key, value in params.items():
-        client.log_param(run_id, key, value)
-    client.log_text(run_id, yaml.safe_dump(space.to_dict(), sort_keys=False), "search_space.yaml")
-    return run_id
+    return tracking.start_run(base.run.experiment, run_name=experiment, params=params,
+                              tags={tracking.TAG_KIND: "tune", "dynlm.tune_path": exp_uri},
+                              texts={"search_space.yaml": yaml.safe_dump(space.to_dict(), sort_keys=False)},
+                              tracking_uri=base.run.tracking_uri)
 
 
-def _child_runs(parent_run_id: str, uri: str) -> list:
+def _child_runs(parent_run_id: str, uri: str, status: str | None = None, **tags: str) -> list:
+    """The training runs of a search (tag ``mlflow.parentRunId``), oldest first; ``tags``
+    narrow them (``**{"dynlm.trial_id": trial_id}``)."""
     from pipelines import tracking
 
-    client = tracking.client(uri)
-    parent = client.get_run(parent_run_id)
-    return client.search_runs([parent.info.experiment_id],
-                              filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
-                              max_results=10000)
+    parent = tracking.get_run(parent_run_id, tracking_uri=uri)
+    return tracking.find_runs(parent.info.experiment_id, {"mlflow.parentRunId": parent_run_id, **tags},
+                              status=status, tracking_uri=uri)
 
 
 def close_ended_runs(trials: list[TrialSummary], grid, context: dict, uri: str) -> None:
@@ -486,51 +482,49 @@ def close_ended_runs(trials: list[TrialSummary], grid, context: dict, uri: str) 
     """
     from pipelines import tracking
 
-    client = tracking.client(uri)
     by_run = {t.run_id: (t, r) for t, r in zip(trials, grid) if t.run_id is not None}
-    for run in _child_runs(context["parent_run_id"], uri):
-        if run.info.status != "RUNNING":
-            continue
+    for run in _child_runs(context["parent_run_id"], uri, status="RUNNING"):
         trial, result = by_run.get(run.info.run_id, (None, None))
         if trial is not None and trial.status == "ERROR":
-            client.set_tag(run.info.run_id, "dynlm.error", str(result.error)[:5000])
-            status = "FAILED"
+            status, tags = "FAILED", {"dynlm.error": str(result.error)[:5000]}
         else:
-            client.set_tag(run.info.run_id, "dynlm.stopped", "stopped early by the Tune scheduler or interrupted")
-            status = "KILLED"
-        client.set_terminated(run.info.run_id, status)
+            status, tags = "KILLED", {"dynlm.stopped": "stopped early by the Tune scheduler or interrupted"}
+        tracking.end_run(run.info.run_id, status, tags=tags, tracking_uri=uri)
         if trial is not None:
             trial.run_status = status
 
 
 def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
-    """One :class:`TrialSummary` per Tune trial, joined with its MLflow child run by name."""
+    """One :class:`TrialSummary` per Tune trial, from Ray's public ``Result`` fields (metrics,
+    config, error, metrics_dataframe), joined with its MLflow child run by the run tag
+    ``dynlm.trial_id``. Status: ``ERROR`` when the trial raised, else ``TERMINATED`` (every
+    trial of a search that ran to its end ended), or ``INTERRUPTED`` for a trial whose run did
+    not finish in a search stopped midway (see ``resume_search``)."""
+    from pipelines import tracking
+
     runs_by_trial: dict[str, list] = {}
     for run in _child_runs(context["parent_run_id"], uri):
-        name = run.info.run_name or ""
-        prefix = f"{context['experiment']}-"
-        if name.startswith(prefix):
-            trial_id = name[len(prefix):].rsplit("-", 1)[0]
-            runs_by_trial.setdefault(trial_id, []).append(run)
+        runs_by_trial.setdefault(run.data.tags.get(tracking.TAG_TRIAL_ID), []).append(run)
+    ended = grid.num_terminated + grid.num_errors == len(grid)
     rows = []
-    for trial, result in zip(grid._experiment_analysis.trials, grid):
+    for result in grid:
+        trial_id = result.metrics["trial_id"]  # Tune sets it on every trial's last result, even unreported
         df = result.metrics_dataframe
-        ppl = float("nan")
-        epochs = 0
+        ppl, epochs = float("nan"), 0
         if df is not None and "valid_ppl" in df and len(df):
-            ppl = float(df["valid_ppl"].min())
-            epochs = int(df["training_iteration"].max())
-        runs = runs_by_trial.get(trial.trial_id, [])
+            ppl, epochs = float(df["valid_ppl"].min()), int(df["training_iteration"].max())
+        runs = runs_by_trial.get(trial_id, [])
         finished = [r for r in runs if r.info.status == "FINISHED"]
         chosen = finished[-1] if finished else (runs[-1] if runs else None)
+        status = "ERROR" if result.error is not None else (
+            "TERMINATED" if ended or finished else "INTERRUPTED")
         rows.append(TrialSummary(
-            trial_id=trial.trial_id,
-            params={k: trial.config.get(k) for k in context["search_keys"]},
-            status=trial.status, best_valid_ppl=ppl, epochs=epochs,
-            time_s=float((result.metrics or {}).get("time_total_s", 0.0)),
+            trial_id=trial_id, params={k: (result.config or {}).get(k) for k in context["search_keys"]},
+            status=status, best_valid_ppl=ppl, epochs=epochs,
+            time_s=float(result.metrics.get("time_total_s", 0.0)),
             run_id=chosen.info.run_id if chosen else None,
             run_status=chosen.info.status if chosen else None,
-            error=error_line(result.error) if trial.status == "ERROR" else None))
+            error=error_line(result.error)))
     return rows
 
 
@@ -559,12 +553,11 @@ def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
     return out.getvalue()
 
 
-def plot_results(trials: list[TrialSummary], base, path: str | Path) -> Path:
-    """Valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn."""
-    import matplotlib
+def plot_results(trials: list[TrialSummary], base):
+    """A figure: valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn."""
+    from pipelines.tracking import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     def value(t: TrialSummary, key: str, default: Any) -> Any:
         return t.params[key] if t.params.get(key) is not None else default
@@ -586,23 +579,13 @@ def plot_results(trials: list[TrialSummary], base, path: str | Path) -> Path:
         axes[1].legend(fontsize=8)
     fig.suptitle(f"{len(points)} trials")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def log_results(parent_run_id: str, trials: list[TrialSummary], keys: list[str], base, uri: str) -> dict:
     """Log ``tune_results.csv`` and ``tune_results.png`` on the parent run; return their names."""
-    import tempfile
-
     from pipelines import tracking
 
-    client = tracking.client(uri)
-    with tempfile.TemporaryDirectory() as tmp:
-        csv_path = Path(tmp) / RESULTS_CSV
-        csv_path.write_text(results_csv(trials, keys), encoding="utf-8")
-        png_path = plot_results(trials, base, Path(tmp) / RESULTS_PNG)
-        client.log_artifact(parent_run_id, str(csv_path))
-        client.log_artifact(parent_run_id, str(png_path))
+    tracking.log_text(parent_run_id, results_csv(trials, keys), RESULTS_CSV, tracking_uri=uri)
+    tracking.log_figure(parent_run_id, plot_results(trials, base), RESULTS_PNG, tracking_uri=uri)
     return {"csv": RESULTS_CSV, "png": RESULTS_PNG}

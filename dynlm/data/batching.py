@@ -10,7 +10,10 @@ with fewer sentences are inactive (all padding) at the later steps. Input tokens
 * ``KIND_FIRST_MENTION``: the target is an entity identifier seen for the first time in its document;
 * ``KIND_REAPPEAR``: the target is an entity identifier already seen in its document;
 * ``KIND_AFTER_ENTITY``: the target follows an entity mention (the input token is an entity);
-* ``KIND_OOV``: the target is a word off the short list (``shortlist_size <= id < num_words``).
+* ``KIND_OOV``: the target is a word off the short list (``shortlist_size <= id < num_words``);
+* ``KIND_REAPPEAR_1`` / ``_2`` / ``_3_5`` / ``_6_PLUS``: a re-appearing entity target whose
+  entity was mentioned 1, 2, 3-5 or 6+ times before in its document (:data:`MENTION_BINS`; the
+  accumulation analysis of Kobayashi et al., 2017). Exactly one is set on every ``KIND_REAPPEAR``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,18 @@ KIND_FIRST_MENTION = 1
 KIND_REAPPEAR = 2
 KIND_AFTER_ENTITY = 4
 KIND_OOV = 8
+KIND_REAPPEAR_1 = 16
+KIND_REAPPEAR_2 = 32
+KIND_REAPPEAR_3_5 = 64
+KIND_REAPPEAR_6_PLUS = 128
+
+# (KIND_* bit, fewest, most earlier mentions of the entity in its document; None: no upper bound)
+MENTION_BINS: tuple[tuple[int, int, int | None], ...] = (
+    (KIND_REAPPEAR_1, 1, 1),
+    (KIND_REAPPEAR_2, 2, 2),
+    (KIND_REAPPEAR_3_5, 3, 5),
+    (KIND_REAPPEAR_6_PLUS, 6, None),
+)
 
 # Tensors that stay on the CPU in SentenceBatch.to(device) (pack_padded_sequence wants CPU lengths).
 _CPU_FIELDS = ("lengths", "subword_lengths")
@@ -127,6 +142,25 @@ def _array(row: dict, key: str, doc_id: str) -> np.ndarray:
     return np.asarray(row[key], dtype=np.int64).reshape(-1)
 
 
+def mentions_before(entity_ids: np.ndarray) -> np.ndarray:
+    """How many times each position's entity occurred at earlier positions (0 for non-entities).
+
+    Args:
+        entity_ids: ``[N]`` chain index of each position of one document in reading order, 0 = no entity.
+
+    Returns:
+        ``[N]`` int64; e.g. ``[0, 1, 2, 1, 0, 2] -> [0, 0, 0, 1, 0, 1]``.
+    """
+    entity_ids = np.asarray(entity_ids, dtype=np.int64)
+    before = np.zeros(len(entity_ids), dtype=np.int64)
+    positions = np.flatnonzero(entity_ids > 0)  # [M] mention positions in reading order
+    order = np.argsort(entity_ids[positions], kind="stable")  # grouped by chain, reading order kept
+    chains = entity_ids[positions][order]
+    group_start = np.searchsorted(chains, chains, side="left")  # first index of each chain's group
+    before[positions[order]] = np.arange(len(order)) - group_start
+    return before
+
+
 def _parse_row(row: dict, spec: VocabSpec) -> _Document:
     """Validate one encoded row and split it into sentences with target kinds."""
     doc_id = str(row.get("doc_id", "?"))
@@ -167,12 +201,12 @@ def _parse_row(row: dict, spec: VocabSpec) -> _Document:
     kinds = np.zeros(total, dtype=np.int64)  # indexed by target position
     tgt_ent = entities[target_pos]
     is_mention = tgt_ent > 0
-    first = np.zeros(len(target_pos), dtype=bool)
-    if is_mention.any():
-        _, first_index = np.unique(tgt_ent[is_mention], return_index=True)
-        first[np.flatnonzero(is_mention)[first_index]] = True
-    kinds[target_pos] |= np.where(first, KIND_FIRST_MENTION, 0)
-    kinds[target_pos] |= np.where(is_mention & ~first, KIND_REAPPEAR, 0)
+    before = mentions_before(tgt_ent)  # earlier mentions of the target's entity in the document
+    kinds[target_pos] |= np.where(is_mention & (before == 0), KIND_FIRST_MENTION, 0)
+    kinds[target_pos] |= np.where(is_mention & (before > 0), KIND_REAPPEAR, 0)
+    for bit, fewest, most in MENTION_BINS:
+        in_bin = (before >= fewest) & (before <= (most if most is not None else len(before)))
+        kinds[target_pos] |= np.where(is_mention & in_bin, bit, 0)
     kinds[target_pos] |= np.where(entities[target_pos - 1] > 0, KIND_AFTER_ENTITY, 0)
     tgt_words = words[target_pos]
     kinds[target_pos] |= np.where((tgt_words >= spec.shortlist_size) & (tgt_words < spec.num_words), KIND_OOV, 0)

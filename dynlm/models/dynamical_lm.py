@@ -10,25 +10,41 @@ An :class:`~dynlm.models.rnn_lm.RNNLM` whose weights in use are ``theta + theta_
   its own update, with ``batch.targets`` / ``batch.mask`` (the LM hidden state is the
   short-term memory).
 
+The update rule contains dynamic evaluation (Krause et al., 2018) as its initial value: the
+model holds each fast tensor's RMS gradient statistics (buffers ``prior.*``, set by
+:meth:`DynamicalLM.init_from_dynamic_eval` from :func:`dynlm.dynamic_eval.collect_grad_stats`)
+and the meta-learner's gates start at exactly 1, so before meta-training the model evaluates
+exactly like :func:`dynlm.dynamic_eval.dynamic_evaluate` restricted to the same weights
+(documents read alone, same ``segment_len``); meta-training learns corrections to that rule.
+That equality is exact for a fast output layer. For fast embedding / recurrent weights the
+gradient fed to the update is truncated at evaluation where dynamic evaluation's is not: at
+each chunk (the recurrent state is detached per chunk and per sentence), so it is close to but
+not equal to Krause et al.'s (measured on a toy model: 1e-4 relative in the loss).
+
 Which tensors get a fast part is ``cfg.dynamical.fast_params``: ``output`` (decoder weight and
 bias), ``embedding`` (the word table, needs ``embedding="word"``), ``recurrent`` (``weight_hh``
 of every layer). The output layer and the embedding run the static modules with weights
 ``theta + theta_hat[b]`` through ``torch.func.functional_call`` vectorized over documents with
 ``torch.func.vmap`` (:func:`dynlm.modules.fast_weights.per_document_call`); the module
-parameters themselves are never replaced. The recurrent layers use explicit batched LSTM/GRU
+parameters themselves are never replaced; the output layer is ``decoder(x) +
+functional_call(decoder, theta_hat[b])(x[b])`` (no ``theta + theta_hat`` is built). The recurrent layers use explicit batched LSTM/GRU
 cells (a Python loop over positions, slower), as torch has no vmap rule for the fused RNN ops.
 
 Training: the outer loss of segment s backpropagates through the updates that made
 ``theta_hat``, to ``phi`` and ``theta``; the unroll is truncated after ``unroll_steps``
 updates (and at every :meth:`detach_state`, i.e. each BPTT chunk of the training loop).
 ``first_order`` drops second derivatives (the gradient fed to g_phi is a constant);
-``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass.
+``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass;
+``compile_update`` fuses the element-wise update at evaluation into one ``torch.compile`` kernel.
 Segments may span sentences: the gradient of a partial segment is accumulated in the state
 (of the summed NLL: the sum of partial gradients is the segment's; it is divided by the
 segment's token count at the update).
 
 Evaluation needs gradients, so the class sets ``needs_grad_at_eval = True`` (the evaluate loop
-then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached.
+then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached
+and the update itself runs under ``torch.no_grad`` (no graph). In training mode each output's
+``extras["gate_stats"]`` holds the mean and std of both gates over the updates of that forward
+(the training loop averages them into its metrics, see :func:`dynlm.training.train_step`).
 """
 
 from __future__ import annotations
@@ -41,12 +57,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from dynlm.dynamic_eval import DynamicEvalConfig, rms_priors
 from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists
 from dynlm.models.rnn_lm import RNNLM, RNNState
 from dynlm.modules.fast_weights import (fast_embedding, fast_gru_layer, fast_linear, fast_lstm_layer,
                                         slice_columns, zero_fast_weights)
-from dynlm.modules.meta_learner import MetaLearner
+from dynlm.modules.meta_learner import Gates, MetaLearner, UpdatePrior
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -103,8 +120,14 @@ class DynamicalLM(nn.Module):
                              f"got {cfg.embedding!r}")
         self.cfg, self.spec, self.settings = cfg, spec, settings
         self.lm = RNNLM(cfg, spec)
-        self.meta_learner = MetaLearner(settings.meta_hidden_dim, settings.input_gate_bias,
-                                        settings.forget_gate_bias)
+        self.meta_learner = MetaLearner(settings.meta_hidden_dim, settings.eta, settings.decay)
+        # Dynamic evaluation's per-coordinate statistics; without init_from_dynamic_eval every
+        # rms is 1 (the step is eta * grad / (1 + eps), the decay uniform).
+        self.prior = nn.Module()
+        for name, target in self.fast_targets().items():
+            key = _buffer_key(name)
+            self.prior.register_buffer(f"{key}_denominator", torch.full_like(target.detach(), 1.0 + settings.eps))
+            self.prior.register_buffer(f"{key}_decay_rate", torch.ones_like(target.detach()))
 
     # ----- parameters ---------------------------------------------------------------------
     def fast_targets(self) -> dict[str, torch.Tensor]:
@@ -119,6 +142,40 @@ class DynamicalLM(nn.Module):
             for layer in range(self.cfg.num_layers):
                 targets[f"recurrent.weight_hh_l{layer}"] = getattr(self.lm.rnn, f"weight_hh_l{layer}")
         return targets
+
+    def adapted_parameter_names(self) -> dict[str, str]:
+        """fast tensor name -> the static parameter's name in ``self.lm.named_parameters()``."""
+        by_id = {id(p): name for name, p in self.lm.named_parameters()}
+        return {name: by_id[id(target)] for name, target in self.fast_targets().items()}
+
+    def init_from_dynamic_eval(self, cfg: DynamicEvalConfig, stats: dict[str, torch.Tensor]) -> None:
+        """Start the update rule at dynamic evaluation with ``cfg``'s eta, lambda and eps.
+
+        Args:
+            cfg: dynamic evaluation settings (e.g. :func:`dynlm.dynamic_eval.choose_dynamic_eval`'s
+                pick); its ``segment_len`` must be the model's.
+            stats: :func:`dynlm.dynamic_eval.collect_grad_stats` of ``self.lm`` (or of a static
+                LM with the same parameter names); only the fast tensors' entries are used.
+        """
+        if cfg.segment_len != self.settings.segment_len:
+            raise ValueError(f"init_from_dynamic_eval: segment_len {cfg.segment_len} != the model's "
+                             f"{self.settings.segment_len}")
+        names = self.adapted_parameter_names()
+        missing = sorted(lm_name for lm_name in names.values() if lm_name not in stats)
+        if missing:
+            raise ValueError(f"init_from_dynamic_eval: no statistics for {missing}")
+        priors = rms_priors({name: stats[lm_name] for name, lm_name in names.items()}, cfg.eps, cfg.decay)
+        with torch.no_grad():
+            for name, prior in priors.items():
+                key = _buffer_key(name)
+                getattr(self.prior, f"{key}_denominator").copy_(prior.denominator)
+                getattr(self.prior, f"{key}_decay_rate").copy_(prior.decay_rate)
+        self.meta_learner.set_rule(cfg.lr, cfg.decay)
+
+    def _priors(self) -> dict[str, UpdatePrior]:
+        return {name: UpdatePrior(getattr(self.prior, f"{_buffer_key(name)}_denominator"),
+                                  getattr(self.prior, f"{_buffer_key(name)}_decay_rate"))
+                for name in self.fast_targets()}
 
     def param_groups(self, base_lr: float) -> list[dict]:
         """Optimizer groups: theta at ``base_lr``, phi at ``cfg.dynamical.meta_lr``."""
@@ -174,7 +231,7 @@ class DynamicalLM(nn.Module):
         fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
         lm_state, grad = state.lm, dict(state.grad)
         seg_loss, seg_tokens, seg_pos, unrolled = state.segment_loss, state.segment_tokens, state.segment_pos, state.unrolled
-        logits_parts, hidden_parts = [], []
+        logits_parts, hidden_parts, gate_stats = [], [], []
         length, pos = batch.tokens.size(1), 0
         while pos < length:
             take = min(self.settings.segment_len - seg_pos, length - pos)
@@ -186,8 +243,8 @@ class DynamicalLM(nn.Module):
                                         retain_graph=training,
                                         allow_unused=True)
             for name, g in zip(names, grads):
-                if g is not None:
-                    grad[name] = grad[name] + g
+                if g is not None:  # the first chunk of a segment starts from zeros: no add needed
+                    grad[name] = g if seg_pos == 0 else grad[name] + g
             seg_loss = seg_loss + (nll if create_graph else nll.detach())
             seg_tokens = seg_tokens + chunk.mask.sum(dim=1).to(seg_tokens.dtype)
             seg_pos += take
@@ -197,7 +254,8 @@ class DynamicalLM(nn.Module):
             logits_parts.append(logits)
             hidden_parts.append(hidden)
             if seg_pos == self.settings.segment_len:
-                fast = self._update(fast, grad, seg_loss, seg_tokens)
+                with torch.set_grad_enabled(training):  # no graph for the update at evaluation
+                    fast = self._update(fast, grad, seg_loss, seg_tokens, gate_stats if training else None)
                 unrolled += 1
                 if not training or unrolled >= self.settings.unroll_steps:
                     fast = {k: v.detach().requires_grad_(True) for k, v in fast.items()}
@@ -207,23 +265,43 @@ class DynamicalLM(nn.Module):
         if not training:
             fast = {k: v.detach() for k, v in fast.items()}
             grad = {k: v.detach() for k, v in grad.items()}
-        output = LMOutput(logits=torch.cat(logits_parts, dim=1), hidden=torch.cat(hidden_parts, dim=1))
+        extras = {"gate_stats": _mean_gate_stats(gate_stats)} if gate_stats else {}
+        output = LMOutput(logits=torch.cat(logits_parts, dim=1), hidden=torch.cat(hidden_parts, dim=1), extras=extras)
         return output, DynamicalState(lm_state, fast, grad, seg_loss, seg_tokens, seg_pos, unrolled)
 
-    def _update(self, fast, grad, seg_loss, seg_tokens) -> dict[str, torch.Tensor]:
-        """theta_hat <- f * theta_hat - i * grad for documents that had tokens in the segment."""
+    def _update(self, fast, grad, seg_loss, seg_tokens, gate_stats: list | None) -> dict[str, torch.Tensor]:
+        """One meta-learned update of theta_hat for documents that had tokens in the segment.
+
+        ``gate_stats`` (training only) receives one dict of detached gate statistics per tensor.
+        """
         mean_loss = seg_loss / seg_tokens.clamp(min=1)  # [B]
         has_tokens = seg_tokens > 0
+        all_have_tokens = bool(has_tokens.all())  # the usual case: no masking pass needed
+        priors = self._priors()
         new = {}
         for name, value in fast.items():
             shape = (-1,) + (1,) * (value.dim() - 1)
             mean_grad = grad[name] / seg_tokens.clamp(min=1).view(shape)  # gradient of the mean segment NLL
             if self.settings.checkpoint_unroll and self.training:
-                updated = checkpoint(self.meta_learner.update, value, mean_grad, mean_loss, use_reentrant=False)
+                updated, input_gate, forget_gate = checkpoint(
+                    _update_tensors, self.meta_learner, value, mean_grad, mean_loss, priors[name],
+                    use_reentrant=False)
             else:
-                updated = self.meta_learner.update(value, mean_grad, mean_loss)
-            new[name] = torch.where(has_tokens.view((-1,) + (1,) * (value.dim() - 1)), updated, value)
+                fused = self.settings.compile_update and not self.training
+                update = self._compiled_update() if fused else _update_tensors
+                updated, input_gate, forget_gate = update(self.meta_learner, value, mean_grad, mean_loss, priors[name])
+            if gate_stats is not None:
+                gate_stats.append(_gate_summary(Gates(input_gate.detach(), forget_gate.detach())))
+            new[name] = updated if all_have_tokens else torch.where(has_tokens.view(shape), updated, value)
         return new
+
+    def _compiled_update(self):
+        """:func:`_update_tensors` fused by ``torch.compile`` (built on first use, kept per model)."""
+        compiled = self.__dict__.get("_compiled_update_fn")
+        if compiled is None:
+            compiled = torch.compile(_update_tensors)
+            self.__dict__["_compiled_update_fn"] = compiled  # a plain attribute: not in the state dict
+        return compiled
 
     def _score(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor]):
         """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk."""
@@ -277,3 +355,25 @@ def _segment_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
         logits = logits.float()
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, L]
     return (nll * mask.to(nll.dtype)).sum(dim=1)
+
+
+def _buffer_key(name: str) -> str:
+    """A fast tensor name as a buffer name (``output.weight`` -> ``output_weight``)."""
+    return name.replace(".", "_")
+
+
+def _update_tensors(meta_learner: MetaLearner, fast, grad, loss, prior: UpdatePrior):
+    """``meta_learner.update`` returning plain tensors ``(new fast, input gate, forget gate)``."""
+    updated, gates = meta_learner.update(fast, grad, loss, prior)
+    return updated, gates.input_gate, gates.forget_gate
+
+
+def _gate_summary(gates: Gates) -> dict[str, torch.Tensor]:
+    """Mean and std of both gates (scalars) over every coordinate of one update."""
+    return {"gate_input_mean": gates.input_gate.mean(), "gate_input_std": gates.input_gate.std(),
+            "gate_forget_mean": gates.forget_gate.mean(), "gate_forget_std": gates.forget_gate.std()}
+
+
+def _mean_gate_stats(summaries: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Average the per-update gate summaries of one forward (scalar tensors)."""
+    return {key: torch.stack([s[key] for s in summaries]).mean() for key in summaries[0]}

@@ -1,21 +1,24 @@
-"""Coordinate-wise meta-learner g_phi of the dynamical LM (Wolf, Chaumond & Delangue, 2018).
+"""Coordinate-wise meta-learner g_phi of the dynamical LM (Wolf, Chaumond & Delangue, 2018),
+parameterised so that its initial update IS dynamic evaluation (Krause et al., 2018).
 
-One small network, shared by every coordinate of every fast-weight tensor, turns what a
-coordinate sees after a segment into two gates in (0, 1)::
+Dynamic evaluation updates the fast part ``fast = theta - theta_0`` of a weight with::
 
-    features = [preprocess(grad), fast_value, loss of the document's segment]
-    input_gate, forget_gate = sigmoid(g_phi(features))
-    fast_new = forget_gate * fast - input_gate * grad
+    fast_new = (1 - lam * rate) * fast - eta * grad / denominator
 
-``input_gate`` is a learned per-coordinate learning rate and ``forget_gate`` a learned decay
-towards the static weights (fast = 0). This is the gated update of Ravi & Larochelle (2017)
-with the gradient preprocessing of Andrychowicz et al. (2016): a gradient ``g`` becomes the
-pair ``(log|g| / p, sign g)`` when ``|g| >= exp(-p)`` and ``(-1, exp(p) * g)`` otherwise, so
-gradients of very different scales reach the network with comparable magnitudes.
+where ``denominator = rms + eps`` and ``rate = rms / mean(rms)`` (clipped at ``1 / lam``) come
+from the RMS gradient statistics of training data (:mod:`dynlm.dynamic_eval`). The meta-learner
+keeps that rule and learns two multiplicative corrections per coordinate::
 
-The gate biases start at ``input_gate_bias`` / ``forget_gate_bias`` (e.g. -5 and +5: a small
-learning rate, almost no decay) and the last layer's weights start small, so an untrained
-meta-learner behaves like plain SGD with learning rate ``sigmoid(input_gate_bias)``.
+    step = grad / denominator                       # the RMS-normalised gradient
+    input_gate, forget_gate = 2 * sigmoid(g_phi(features))          # each in (0, 2)
+    fast_new = (1 - lam * rate * forget_gate) * fast - eta * input_gate * step
+
+with ``features = [preprocess(step), fast, segment loss, log(denominator) / p]``. The last layer
+of g_phi starts at exactly zero, so the gates start at exactly 1 and an untrained meta-learner
+makes dynamic evaluation's update with the given ``eta`` and ``lam``; meta-training then learns
+where to step more or less and where to forget faster. The gradient preprocessing is that of
+Andrychowicz et al. (2016): ``s`` becomes ``(log|s| / p, sign s)`` when ``|s| >= exp(-p)`` and
+``(-1, exp(p) * s)`` otherwise.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-NUM_FEATURES = 4  # grad magnitude, grad sign, fast value, segment loss
+NUM_FEATURES = 5  # step magnitude, step sign, fast value, segment loss, log statistic
+PREPROCESS_P = 10.0
 
 
-def preprocess_gradient(grad: torch.Tensor, p: float = 10.0) -> tuple[torch.Tensor, torch.Tensor]:
+def preprocess_gradient(grad: torch.Tensor, p: float = PREPROCESS_P) -> tuple[torch.Tensor, torch.Tensor]:
     """Andrychowicz et al. (2016) gradient preprocessing, element-wise.
 
     Args:
@@ -39,33 +43,46 @@ def preprocess_gradient(grad: torch.Tensor, p: float = 10.0) -> tuple[torch.Tens
     Returns:
         ``(magnitude, sign)`` tensors of ``grad``'s shape, both roughly in [-1, 1].
     """
-    big = grad.abs() >= math.exp(-p)
-    magnitude = torch.where(big, grad.abs().clamp_min(math.exp(-p)).log() / p, torch.full_like(grad, -1.0))
+    size = grad.abs()
+    big = size >= math.exp(-p)
+    magnitude = torch.where(big, size.clamp_min(math.exp(-p)).log_().div_(p), -1.0)
     sign = torch.where(big, torch.sign(grad), grad * math.exp(p))
     return magnitude, sign
 
 
 @dataclass
-class Gates:
-    """The two gates of one update, each of the fast tensor's shape, values in (0, 1)."""
+class UpdatePrior:
+    """Dynamic evaluation's per-coordinate statistics for one fast tensor (no batch dim).
 
-    input_gate: torch.Tensor  # learned learning rate
-    forget_gate: torch.Tensor  # learned keep rate (1 - decay)
+    Attributes:
+        denominator: ``[*shape]`` rms + eps; the gradient is divided by it.
+        decay_rate: ``[*shape]`` rms / mean(rms), clipped at 1 / lam.
+    """
+
+    denominator: torch.Tensor
+    decay_rate: torch.Tensor
+
+
+@dataclass
+class Gates:
+    """The two multiplicative corrections of one update, each ``[B, *shape]``, values in (0, 2)."""
+
+    input_gate: torch.Tensor  # scales the step eta * grad / denominator
+    forget_gate: torch.Tensor  # scales the decay lam * rate
 
 
 class MetaLearner(nn.Module):
-    """g_phi: per-coordinate features -> (input gate, forget gate).
+    """g_phi: per-coordinate features -> (input gate, forget gate) around dynamic evaluation.
 
     Args:
-        hidden_dim: width of the hidden layer; 0 makes the gates a linear function of the
-            features (Ravi & Larochelle's form, the cheapest).
-        input_gate_bias: initial bias of the input gate (learning rate ~ sigmoid(bias)).
-        forget_gate_bias: initial bias of the forget gate (keep rate ~ sigmoid(bias)).
-        init_scale: std of the last layer's initial weights.
+        hidden_dim: width of the hidden layer; 0 makes the gate logits a linear function of
+            the features (Ravi & Larochelle's form, the cheapest).
+        eta: dynamic evaluation's step size the update starts from.
+        lam: dynamic evaluation's decay towards theta the update starts from.
+        init_scale: std of the last layer's initial weights (0: gates exactly 1 at init).
     """
 
-    def __init__(self, hidden_dim: int = 16, input_gate_bias: float = -5.0,
-                 forget_gate_bias: float = 5.0, init_scale: float = 0.01):
+    def __init__(self, hidden_dim: int = 16, eta: float = 1e-3, lam: float = 0.0, init_scale: float = 0.0):
         super().__init__()
         if hidden_dim < 0:
             raise ValueError(f"MetaLearner hidden_dim must be >= 0, got {hidden_dim}")
@@ -76,48 +93,68 @@ class MetaLearner(nn.Module):
         else:
             self.hidden = None
             self.gates = nn.Linear(NUM_FEATURES, 2)
+        # eta and lam are buffers: set_rule() replaces them (e.g. with a grid's choice) and a
+        # checkpoint keeps the values in use.
+        self.register_buffer("eta", torch.tensor(float(eta)))
+        self.register_buffer("lam", torch.tensor(float(lam)))
         with torch.no_grad():
-            self.gates.weight.normal_(0.0, init_scale)
-            self.gates.bias.copy_(torch.tensor([input_gate_bias, forget_gate_bias]))
+            self.gates.weight.normal_(0.0, init_scale) if init_scale > 0 else self.gates.weight.zero_()
+            self.gates.bias.zero_()
 
-    def forward(self, grad: torch.Tensor, fast: torch.Tensor, loss: torch.Tensor) -> Gates:
+    def set_rule(self, eta: float, lam: float) -> None:
+        """Set the dynamic-evaluation step size and decay that the gates correct."""
+        if eta < 0 or lam < 0:
+            raise ValueError(f"MetaLearner: need eta >= 0 and lam >= 0, got {eta}, {lam}")
+        self.eta.fill_(float(eta))
+        self.lam.fill_(float(lam))
+
+    def forward(self, step: torch.Tensor, fast: torch.Tensor, loss: torch.Tensor,
+                denominator: torch.Tensor) -> Gates:
         """Gates for every coordinate of one fast tensor.
 
         Args:
-            grad: [B, *shape] gradient of each document's segment loss w.r.t. its fast weights.
+            step: [B, *shape] RMS-normalised gradient (grad / denominator) of each document's segment loss.
             fast: [B, *shape] current fast weights.
             loss: [B] each document's mean segment loss (broadcast to every coordinate).
+            denominator: [*shape] rms + eps of the tensor.
 
         Returns:
-            :class:`Gates` with two [B, *shape] tensors in (0, 1).
+            :class:`Gates` with two [B, *shape] tensors in (0, 2).
         """
-        if grad.shape != fast.shape:
-            raise ValueError(f"grad shape {tuple(grad.shape)} != fast shape {tuple(fast.shape)}")
-        magnitude, sign = preprocess_gradient(grad)
-        loss = loss.reshape(loss.shape + (1,) * (grad.dim() - 1))  # [B, 1, ..., 1]
+        if step.shape != fast.shape:
+            raise ValueError(f"grad shape {tuple(step.shape)} != fast shape {tuple(fast.shape)}")
+        magnitude, sign = preprocess_gradient(step)
+        loss = loss.reshape(loss.shape + (1,) * (step.dim() - 1))  # [B, 1, ..., 1]
+        log_stat = denominator.log() / PREPROCESS_P  # [*shape]
         if self.hidden is None:
-            # Linear gates written as weighted sums: no [B, *shape, 4] feature tensor.
-            weight, bias = self.gates.weight, self.gates.bias  # [2, 4], [2]
-            pre_input = (magnitude * weight[0, 0] + sign * weight[0, 1] + fast * weight[0, 2]
-                         + (loss * weight[0, 3] + bias[0]))
-            pre_forget = (magnitude * weight[1, 0] + sign * weight[1, 1] + fast * weight[1, 2]
-                          + (loss * weight[1, 3] + bias[1]))
+            # Linear gates written as weighted sums: no [B, *shape, 5] feature tensor.
+            # addcmul chains: one pass over [B, *shape] per feature.
+            w, b = self.gates.weight, self.gates.bias  # [2, 5], [2]
+            pre_input, pre_forget = (
+                torch.addcmul(torch.addcmul(torch.addcmul(log_stat * w[k, 4] + (loss * w[k, 3] + b[k]),
+                                                          magnitude, w[k, 0]), sign, w[k, 1]), fast, w[k, 2])
+                for k in (0, 1))
         else:
-            features = torch.stack([magnitude, sign, fast, loss.expand_as(grad)], dim=-1)  # [B, *shape, 4]
+            features = torch.stack([magnitude, sign, fast, loss.expand_as(step), log_stat.expand_as(step)],
+                                   dim=-1)  # [B, *shape, 5]
             pre = self.gates(torch.tanh(self.hidden(features)))  # [B, *shape, 2]
             pre_input, pre_forget = pre[..., 0], pre[..., 1]
-        return Gates(input_gate=torch.sigmoid(pre_input), forget_gate=torch.sigmoid(pre_forget))
+        return Gates(input_gate=2.0 * torch.sigmoid(pre_input), forget_gate=2.0 * torch.sigmoid(pre_forget))
 
-    def update(self, fast: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
-        """One meta-learned step: ``forget * fast - input * grad``.
+    def update(self, fast: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor,
+               prior: UpdatePrior) -> tuple[torch.Tensor, Gates]:
+        """One step: ``(1 - lam * rate * forget) * fast - eta * input * grad / denominator``.
 
         Args:
             fast: [B, *shape] fast weights before the update.
-            grad: [B, *shape] gradient of the segment loss w.r.t. ``fast``.
+            grad: [B, *shape] gradient of the mean segment loss w.r.t. ``fast``.
             loss: [B] mean segment loss per document.
+            prior: the tensor's RMS statistics.
 
         Returns:
-            [B, *shape] fast weights for the next segment.
+            ``([B, *shape] fast weights for the next segment, the gates used)``.
         """
-        gates = self(grad, fast, loss)
-        return gates.forget_gate * fast - gates.input_gate * grad
+        step = grad / prior.denominator
+        gates = self(step, fast, loss, prior.denominator)
+        keep = 1.0 - (self.lam * prior.decay_rate) * gates.forget_gate
+        return keep * fast - (self.eta * gates.input_gate) * step, gates

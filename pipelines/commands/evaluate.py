@@ -9,7 +9,6 @@ and folders (read, anonymized and encoded here with the model's preprocessor; lo
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -18,17 +17,9 @@ EPILOG = """\
 examples:
   dynlm evaluate --model models:/dynlm-dntm@champion --data runs/prepared/<hash>
   dynlm evaluate --model runs/ray/dntm-2026/checkpoint_000003 --data corpus/test/ --format conll
-  dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval --eta 2e-5
+  dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval
+  dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval --eta 1e-3 --lam 2e-3
 """
-
-ROWS = (  # (metric key, count key, label)
-    ("ppl", "count_all", "all tokens"),
-    ("ppl_first_mention", "count_first_mention", "first mention"),
-    ("ppl_reappearing", "count_reappearing", "re-appearing entity"),
-    ("ppl_after_entity", "count_after_entity", "after an entity"),
-    ("ppl_oov", "count_oov", "off the short list (OOV)"),
-)
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -50,8 +41,17 @@ def register(subparsers) -> None:
     parser.add_argument("--dynamic-eval", action="store_true",
                         help="also evaluate with dynamic evaluation (Krause et al., 2018); needs a "
                              "prepared folder for the gradient statistics (its train split)")
-    parser.add_argument("--eta", type=float, default=2e-5, help="dynamic eval step size")
-    parser.add_argument("--lam", type=float, default=0.02, help="dynamic eval decay towards the trained weights")
+    parser.add_argument("--eta", type=_eta, default="auto",
+                        help="dynamic eval step size, or 'auto' (default): the best of a small grid of "
+                             "eta x lambda on validation documents (see --tune-data)")
+    parser.add_argument("--lam", type=float, default=None,
+                        help="dynamic eval decay towards the trained weights (default: searched with "
+                             "--eta auto, else 0.02)")
+    parser.add_argument("--tune-data", metavar="PREPARED",
+                        help="prepared folder whose valid split picks eta/lambda for --eta auto "
+                             "(default: the --stats-data folder)")
+    parser.add_argument("--tune-documents", type=int, default=50,
+                        help="validation documents read per grid point with --eta auto")
     parser.add_argument("--eps", type=float, default=1e-3, help="dynamic eval epsilon added to the RMS statistics")
     parser.add_argument("--segment-len", type=int, default=20, help="dynamic eval tokens per update")
     parser.add_argument("--stats-data", metavar="PREPARED",
@@ -165,13 +165,10 @@ def _parse(path: Path, format: str, lines_per_document: int):
 
 
 def format_metrics_table(metrics: dict, title: str) -> str:
-    """The paper's table: perplexity per token category with its token count."""
-    lines = [title, f"  {'tokens':<28}{'count':>10}{'perplexity':>14}"]
-    for key, count_key, label in ROWS:
-        value = metrics[key]
-        shown = "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
-        lines.append(f"  {label:<28}{int(metrics[count_key]):>10}{shown:>14}")
-    return "\n".join(lines)
+    """The LM task's table, with the accumulation analysis (:mod:`dynlm.tasks.lm_table`)."""
+    from dynlm.tasks.lm_table import format_metrics_table as lm_table  # lazy: keeps `dynlm --help` fast
+
+    return lm_table(metrics, title)
 
 
 def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
@@ -183,10 +180,65 @@ def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
     return evaluate(model, batch_documents(rows, spec, batch_size, sort_by_length=True, seed=None))
 
 
-def run(args: argparse.Namespace) -> int:
+def _eta(text: str) -> float | str:
+    """``--eta``: a non-negative float or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--eta must be a number or 'auto', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--eta must be >= 0, got {text}")
+    return value
 
+
+def format_grid(grid: list[dict], best) -> str:
+    """The eta x lambda grid of ``--eta auto`` (validation perplexity), the pick marked with ``*``."""
+    lines = [f"dynamic evaluation: eta/lambda picked on validation ({len(grid)} settings)",
+             f"  {'eta':>10}{'lambda':>10}{'valid ppl':>14}"]
+    for point in grid:
+        mark = " *" if (point["eta"], point["lambda"]) == (best.lr, best.decay) else ""
+        lines.append(f"  {point['eta']:>10g}{point['lambda']:>10g}{point['ppl']:>14.2f}{mark}")
+    return "\n".join(lines)
+
+
+def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> str:
+    """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first); the printed text."""
     from dynlm.data.batching import batch_documents
+    from dynlm.dynamic_eval import (DEFAULT_ETAS, DEFAULT_LAMBDAS, DynamicEvalConfig, choose_dynamic_eval,
+                                    collect_grad_stats, dynamic_evaluate)
 
+    stats_root = args.stats_data or args.data[0]
+    stats_data = open_prepared(stats_root, spec, preprocessor)
+    train_rows = list(stats_data.iter_rows("train"))
+    if not train_rows:
+        raise SystemExit(f"dynlm evaluate --dynamic-eval: {stats_root} has no train documents")
+    stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
+                               segment_len=args.segment_len, max_segments=args.stats_segments)
+    text = []
+    if args.eta == "auto":
+        tune_root = args.tune_data or stats_root
+        valid_rows = list(open_prepared(tune_root, spec, preprocessor).iter_rows("valid"))[: args.tune_documents]
+        if not valid_rows:
+            raise SystemExit(f"dynlm evaluate --eta auto: {tune_root} has no valid documents (give "
+                             "--tune-data PREPARED or a number for --eta)")
+        lambdas = DEFAULT_LAMBDAS if args.lam is None else (args.lam,)
+        valid = list(batch_documents(valid_rows, spec, args.batch_size, seed=None))  # read once per setting
+        cfg, grid = choose_dynamic_eval(torch_model, valid, stats, etas=DEFAULT_ETAS, lambdas=lambdas, eps=args.eps,
+                                        segment_len=args.segment_len)
+        text += [format_grid(grid, cfg) + f"\n  ({len(valid_rows)} valid documents of {tune_root})", ""]
+    else:
+        lam = DynamicEvalConfig().decay if args.lam is None else args.lam
+        cfg = DynamicEvalConfig(lr=args.eta, decay=lam, eps=args.eps, segment_len=args.segment_len)
+    dynamic = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None), cfg, stats)
+    text.append(format_metrics_table(
+        dynamic, f"dynamic evaluation (eta={cfg.lr:g}{' auto' if args.eta == 'auto' else ''}, "
+                 f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
+    return "\n".join(text)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.dynamic_eval and not (args.stats_data or is_prepared_folder(args.data)):
         raise SystemExit("dynlm evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
@@ -217,20 +269,6 @@ def run(args: argparse.Namespace) -> int:
     print(format_metrics_table(metrics, f"{args.model} ({model_cfg.type}) on {source}"))
 
     if args.dynamic_eval:
-        from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
-
-        stats_root = args.stats_data or args.data[0]
-        stats_data = open_prepared(stats_root, spec, preprocessor)
-        train_rows = list(stats_data.iter_rows("train"))
-        if not train_rows:
-            raise SystemExit(f"dynlm evaluate --dynamic-eval: {stats_root} has no train documents")
-        cfg = DynamicEvalConfig(lr=args.eta, decay=args.lam, eps=args.eps, segment_len=args.segment_len)
-        stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
-                                   segment_len=cfg.segment_len, max_segments=args.stats_segments)
-        dynamic = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None),
-                                   cfg, stats)
         print()
-        print(format_metrics_table(
-            dynamic, f"dynamic evaluation (eta={cfg.lr}, lambda={cfg.decay}, eps={cfg.eps}, "
-                     f"segment={cfg.segment_len})"))
+        print(run_dynamic_eval(args, torch_model, spec, preprocessor, rows))
     return 0

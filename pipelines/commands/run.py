@@ -56,13 +56,16 @@ def ensure_corpus(job, num_documents: int | None) -> None:
 
 
 def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
-    """The registry URI to evaluate and why: the champion when it was validated on this data,
-    else this run's own version (a champion on other data has another vocabulary)."""
+    """The registry URI to evaluate and why: the champion when it was validated on this run's
+    validation split (same encoded documents: same vocabulary), else this run's own version (a
+    champion validated elsewhere may have another vocabulary)."""
     from pipelines import tracking
 
     name = tracking.registered_name(job.model.type)
-    champion = tracking.version_by_alias(tracking.client(uri), name, tracking.CHAMPION)
-    if champion is not None and champion.tags.get("data_hash") == job.data.data_hash():
+    champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
+    run_tags = tracking.get_run(training.run_id, tracking_uri=uri).data.tags
+    if champion is not None and \
+            champion.tags.get(tracking.TAG_VALID_DATA_HASH) == run_tags[tracking.TAG_VALID_DATA_HASH]:
         return f"models:/{name}@{tracking.CHAMPION}", f"champion v{champion.version}"
     return f"models:/{name}/{training.model_version}", (
         f"v{training.model_version} (the champion was validated on other data)")

@@ -1,12 +1,14 @@
 """Dynamic evaluation: config checks, gradient statistics, lr = 0 equals static evaluation,
-weights restored, and a lower loss on the second reading of a document."""
+weights restored, a lower loss on the second reading of a document, adapting a subset of the
+weights, the RMS priors, and the eta / lambda grid choice on validation data."""
 
 import pytest
 import torch
 
 from dynlm.config import ConfigError
 from dynlm.data.batching import collate_documents
-from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
+from dynlm.dynamic_eval import (DynamicEvalConfig, choose_dynamic_eval, collect_grad_stats,
+                                dynamic_evaluate, rms_priors)
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
 from dynlm.models.rnn_lm import RNNLM, rnn_lm_small
@@ -105,3 +107,37 @@ def test_dynamic_evaluation_lowers_the_loss_of_a_second_reading():
     static = second_reading(lambda batches: _static_metrics(model, batches))
     dynamic = second_reading(lambda batches: dynamic_evaluate(model, batches, cfg, stats))
     assert dynamic < 0.9 * static
+
+
+def test_rms_priors_exact_values():
+    priors = rms_priors({"a": torch.tensor([1.0, 3.0]), "b": torch.tensor([0.0, 4.0])}, eps=0.5, decay=0.5)
+    # mean rms = 2; rate = rms / 2 clipped at 1 / decay = 2
+    torch.testing.assert_close(priors["a"].denominator, torch.tensor([1.5, 3.5]))
+    torch.testing.assert_close(priors["a"].decay_rate, torch.tensor([0.5, 1.5]))
+    torch.testing.assert_close(priors["b"].decay_rate, torch.tensor([0.0, 2.0]))
+
+
+def test_only_the_named_weights_adapt():
+    model = _trained_model()
+    stats = collect_grad_stats(model, [_docs(3, 10, 1, seed=50)], segment_len=5)
+    batches = [_docs(3, 9, 2, seed=60)]
+    cfg = DynamicEvalConfig(lr=3e-2, decay=0.0, segment_len=4)
+    everything = dynamic_evaluate(model, batches, cfg, stats)
+    output_only = dynamic_evaluate(model, batches, cfg, stats, names=["decoder.weight", "decoder.bias"])
+    static = _static_metrics(model, batches)
+    assert output_only["loss"] < static["loss"] and output_only["loss"] != pytest.approx(everything["loss"])
+    with pytest.raises(ValueError, match="not trainable parameters"):
+        dynamic_evaluate(model, batches, cfg, stats, names=["decoder.nothing"])
+
+
+def test_choose_dynamic_eval_picks_the_lowest_validation_loss_and_skips_diverged_points():
+    model = _trained_model()
+    stats = collect_grad_stats(model, [_docs(3, 10, 1, seed=50)], segment_len=5)
+    valid = [_docs(3, 9, 2, seed=61)]
+    best, grid = choose_dynamic_eval(model, valid, stats, etas=[0.0, 3e-2, 1e4], lambdas=[0.0], segment_len=4)
+    assert [(g["eta"], g["lambda"]) for g in grid] == [(0.0, 0.0), (3e-2, 0.0), (1e4, 0.0)]
+    assert grid[0]["ppl"] == pytest.approx(_static_metrics(model, valid)["ppl"], rel=1e-5)
+    assert grid[1]["loss"] < grid[0]["loss"] and not grid[2]["loss"] < grid[1]["loss"]
+    assert (best.lr, best.decay, best.segment_len) == (3e-2, 0.0, 4)
+    with pytest.raises(ValueError, match="must not be empty"):
+        choose_dynamic_eval(model, valid, stats, etas=[], lambdas=[0.0])

@@ -67,3 +67,25 @@ def test_empty_category_is_nan():
     m = MetricAccumulator().compute()
     assert math.isnan(m["ppl"]) and math.isnan(m["ppl_oov"]) and m["tokens"] == 0
     assert perplexity(10_000.0, 1) == float("inf")
+
+
+def test_accumulation_bins_from_a_batch_with_known_mention_counts(make_row, tiny_spec):
+    # <e1> x4 then <e2> x2 in one sentence: targets E1 E1 E1 E1 E2 E2 <eos>, earlier mentions 0 1 2 3 0 1
+    batch = collate_documents([make_row("acc", [[E1, E1, E1, E1, E2, E2]])], tiny_spec)
+    acc = MetricAccumulator()
+    acc.update_from_nll(torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]), batch.sentences[0])
+    m = acc.compute()
+    assert (m["count_reappearing_1"], m["nll_sum_reappearing_1"]) == (2, pytest.approx(2.0 + 6.0))
+    assert (m["count_reappearing_2"], m["nll_sum_reappearing_2"]) == (1, pytest.approx(3.0))
+    assert (m["count_reappearing_3_5"], m["nll_sum_reappearing_3_5"]) == (1, pytest.approx(4.0))
+    assert m["count_reappearing_6_plus"] == 0 and math.isnan(m["ppl_reappearing_6_plus"])
+    assert m["ppl_reappearing_1"] == pytest.approx(math.exp(4.0))
+    assert m["count_reappearing"] == 4 and m["nll_sum_reappearing"] == pytest.approx(15.0)
+    summed = MetricAccumulator.from_tensor(acc.as_tensor() + acc.as_tensor())  # an all-reduce of 2 ranks
+    assert summed.compute()["count_reappearing_3_5"] == 2
+    assert summed.compute()["nll_sum_reappearing_1"] == pytest.approx(16.0)
+
+
+def test_from_metrics_inverts_compute(batch):
+    computed = _filled(batch).compute()
+    assert MetricAccumulator.from_metrics(computed).compute() == pytest.approx(computed, nan_ok=True)

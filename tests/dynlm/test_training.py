@@ -222,3 +222,39 @@ def test_train_step_under_real_ddp_with_uneven_inputs(tmp_path):
     assert math.isfinite(r0["loss"]) and math.isfinite(r1["loss"])
     assert r0["param_sum"] == pytest.approx(r1["param_sum"], rel=1e-6)  # replicas stayed in sync
     assert r0["param_abs"] == pytest.approx(r1["param_abs"], rel=1e-6)
+
+
+def test_train_one_epoch_averages_the_dynamical_gate_statistics():
+    """One process, no DDP: the dynamical LM's per-step gate statistics reach the epoch totals
+    (logged as train_gate_*), other models report none."""
+    from dynlm.data.batching import collate_documents
+    from dynlm.models import build_model
+    from dynlm.models.dynamical_lm import dynamical_lm_small
+    from dynlm.models.rnn_lm import rnn_lm_small
+    from dynlm.optim import LRSchedule
+    from dynlm.training import TrainConfig
+    from dynlm.vocab_spec import VocabSpec
+    from dynlm.training import train_one_epoch
+
+    spec = VocabSpec(num_words=24, num_entities=0, shortlist_size=24, num_subwords=4)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(4):
+        words = [spec.bos_id, *torch.randint(4, 24, (10,), generator=g).tolist(), spec.eos_id]
+        rows.append(dict(doc_id=f"d{i}", source_file="t", num_tokens=12, sentence_lengths=[12], word_ids=words,
+                         entity_ids=[0] * 12, subword_ids=[1] * 12, subword_lengths=[1] * 12))
+    batches = [collate_documents(rows[:2], spec), collate_documents(rows[2:], spec)]
+    for model_cfg, expect_gates in ((dynamical_lm_small(embed_dim=8, hidden_dim=8, dynamical=dict(segment_len=4)), True),
+                                    (rnn_lm_small(embed_dim=8, hidden_dim=8), False)):
+        torch.manual_seed(0)
+        model = build_model(model_cfg, spec)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(), iter(batches),
+                                 torch.device("cpu"), spec=spec)
+        assert totals["steps"] == 2
+        if expect_gates:
+            assert set(totals["gate_means"]) == {"gate_input_mean", "gate_input_std", "gate_forget_mean",
+                                                 "gate_forget_std"}
+            assert totals["gate_means"]["gate_input_mean"] == pytest.approx(1.0, abs=0.05)
+        else:
+            assert totals["gate_means"] == {}

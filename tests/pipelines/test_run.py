@@ -8,6 +8,7 @@ import re
 import pytest
 from mlflow import MlflowClient
 
+from dynlm.tasks.lm_table import ROWS
 from pipelines.cli import main
 
 TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
@@ -19,7 +20,7 @@ def _table(text: str, title_part: str) -> dict[str, str]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if title_part in line)
     rows = {}
-    for line in lines[start + 2:start + 7]:
+    for line in lines[start + 2:start + 2 + len(ROWS)]:
         match = re.match(r"\s+(.+?)\s+(\d+)\s+(\S+)$", line)
         assert match, line
         rows[match.group(1)] = match.group(3)
@@ -44,8 +45,9 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     assert any(re.match(r"epoch 1/1  train loss \d", line) for line in lines)
     assert "mlflow ui --backend-store-uri" in out and mlflow_uri in out
     run_table = _table(out, "models:/dynlm-dntm@champion [champion v1]")
-    assert set(run_table) == {"all tokens", "first mention", "re-appearing entity", "after an entity",
-                              "off the short list (OOV)"}
+    assert set(run_table) == {"all tokens", "first mention", "re-appearing entity", "1 earlier mention",
+                              "2 earlier mentions", "3-5 earlier mentions", "6+ earlier mentions",
+                              "after an entity", "off the short list (OOV)"}
     assert 1.0 < float(run_table["all tokens"]) < 300 + 20  # at most ~ uniform over the vocabulary
 
     client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)  # the registry global may point elsewhere

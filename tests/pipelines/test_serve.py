@@ -49,7 +49,7 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
     run_id = tracking.start_training_run(job, prepared)
     ckpt = checkpoint.save(tmp_path / "ckpt" / "model.pt", model, model_cfg, spec)
     tracking.finish_training_run(run_id, ckpt.parent, prepared, [{"epoch": 0, "valid_ppl": 20.0}])
-    assert tracking.register_and_promote(run_id, "dntm", 20.0, job.data.data_hash()).promoted
+    assert tracking.register_and_promote(run_id, 20.0).promoted
     expected = pyfunc_model.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
                                             pyfunc_model.parse_input(TEXT))[0]
 

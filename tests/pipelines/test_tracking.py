@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 import torch
@@ -15,14 +17,17 @@ from tiny_lm import make_prepared_folder, make_tiny_lm
 
 
 def _job(tmp_path, *overrides):
+    corpus = tmp_path / "corpus"  # data_hash() reads what the inputs contain: they must exist
+    corpus.mkdir(exist_ok=True)
+    (corpus / "doc.txt").write_text("The cat sat .\n", encoding="utf-8")
     return default_job([f"data.inputs=[{tmp_path / 'corpus'}]", "model.embed_dim=16",
                         "model.hidden_dim=16", *overrides])
 
 
-def _training(tmp_path, name, job, prepared, seed, valid_ppls):
+def _training(tmp_path, name, job, prepared, seed, valid_ppls, tags=None):
     """One tracked 'training': a run, per-epoch metrics, a checkpoint, finish. Returns (run_id, model)."""
     model, model_cfg, spec, _ = make_tiny_lm(tmp_path / name, seed=seed)
-    run_id = tracking.start_training_run(job, prepared, run_name=name)
+    run_id = tracking.start_training_run(job, prepared, run_name=name, tags=tags)
     history = []
     for epoch, valid_ppl in enumerate(valid_ppls):
         metrics = {"epoch": epoch, "train_ppl": valid_ppl * 0.8, "valid_ppl": valid_ppl,
@@ -68,6 +73,8 @@ def test_one_run_per_training(tmp_path, mlflow_uri):
     assert run.data.params["train.lr"] == str(job.train.lr)
     assert run.data.params["data.inputs"] == json.dumps([str(tmp_path / "corpus")])
     assert run.data.tags["data_hash"] == job.data.data_hash()
+    assert run.data.tags["valid_data_hash"] == tracking.valid_data_hash(prepared)
+    assert run.data.tags["dynlm.kind"] == "training"
     assert run.data.tags["model_type"] == "dntm"
     history = client.get_metric_history(run_id, "valid_ppl")
     assert [(m.step, m.value) for m in history] == [(0, 30.0), (1, 20.0), (2, 25.0)]
@@ -85,39 +92,88 @@ def test_one_run_per_training(tmp_path, mlflow_uri):
     assert run.data.tags[tracking.TAG_MODEL_URI].startswith("models:/")
 
 
+def _prepared_with_valid_shard(folder, pre, content: bytes):
+    """A tiny prepared folder whose valid split is one file with these bytes (its identity)."""
+    prepared = make_prepared_folder(folder, pre)
+    (folder / "valid").mkdir()
+    (folder / "valid" / "part-00000.parquet").write_bytes(content)
+    return prepared
+
+
+def test_runs_are_found_by_tags_not_names(tmp_path, mlflow_uri):
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    prepared = make_prepared_folder(tmp_path / "prepared", pre)
+    # the same run name twice: only the tag tells the trials apart
+    first = tracking.start_training_run(job, prepared, run_name="same", tags={tracking.TAG_TRIAL_ID: "t1"})
+    second = tracking.start_training_run(job, prepared, run_name="same", tags={tracking.TAG_TRIAL_ID: "t2"})
+    tracking.end_run(second, "FINISHED", tags={"note": "done"})
+    experiment_id = tracking.get_run(first).info.experiment_id
+    assert [r.info.run_id for r in tracking.find_runs(experiment_id, {tracking.TAG_TRIAL_ID: "t1"})] == [first]
+    assert [r.info.run_id for r in tracking.find_runs(experiment_id, {"dynlm.kind": "training"})] == [first, second]
+    assert tracking.find_runs(experiment_id, {tracking.TAG_TRIAL_ID: "t1"}, status="FINISHED") == []
+    (done,) = tracking.find_runs(experiment_id, {tracking.TAG_TRIAL_ID: "t2"}, status="FINISHED")
+    assert done.data.tags["note"] == "done"
+    with pytest.raises(ValueError, match="cannot be searched"):
+        tracking.find_runs(experiment_id, {tracking.TAG_TRIAL_ID: "it's"})
+
+
+def test_promotion_policy_margin_is_relative():
+    decide = tracking.promotion_decision
+    # margin 0.25: the challenger must be below 75% of the champion's perplexity, at any scale
+    assert decide(29.99, "v", 40.0, "v", 0.25)[0] is True
+    assert decide(30.0, "v", 40.0, "v", 0.25)[0] is False  # 40 x 0.75 = 30: not strictly below
+    assert decide(299.0, "v", 400.0, "v", 0.25)[0] is True
+    assert decide(310.0, "v", 400.0, "v", 0.25)[0] is False  # 90 points better, but only 22.5%
+    promote, reason = decide(35.0, "v", 40.0, "v", 0.0)  # margin 0: strictly better is enough
+    assert promote is True and reason == ("valid_ppl 35.0000 beats champion ppl 40.0000 x (1 - margin 0) "
+                                          "= 40.0000 on validation v")
+    assert decide(40.0, "v", 40.0, "v", 0.0) == (
+        False, "valid_ppl 40.0000 does not beat champion ppl 40.0000 x (1 - margin 0) = 40.0000 on validation v")
+    assert decide(1e9, "v", None, None, 0.5) == (True, "there was no champion yet")
+    assert decide(float("nan"), "v", None, None, 0.0) == (False, "valid_ppl nan is not finite")
+    assert decide(float("inf"), "v", 40.0, "v", 0.0)[0] is False
+    promote, reason = decide(1.0, "b", 40.0, "a", 0.0)  # another validation set: never comparable
+    assert promote is False and "not comparable" in reason and "on a, the challenger on b" in reason
+    for margin in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"margin must be in \[0, 1\)"):
+            decide(1.0, "v", 40.0, "v", margin)
+
+
 def test_champion_challenger(tmp_path, mlflow_uri):
     job = _job(tmp_path)
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
     prepared = make_prepared_folder(tmp_path / "prepared", pre)
-    data_hash = job.data.data_hash()
+    data_hash, valid_hash = job.data.data_hash(), tracking.valid_data_hash(prepared)
     client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)  # the registry global may point elsewhere
+    assert tracking.version_by_alias("dynlm-dntm", "champion") is None  # no registered model yet
 
     first, first_model = _training(tmp_path, "first", job, prepared, seed=1, valid_ppls=[40.0])
-    result = tracking.register_and_promote(first, "dntm", 40.0, data_hash)
-    assert (result.name, result.version, result.promoted) == ("dynlm-dntm", "1", True)
+    result = tracking.register_and_promote(first, 40.0)
+    assert (result.name, result.version, result.decision, result.promoted) == ("dynlm-dntm", "1", "promoted", True)
     assert "no champion" in result.reason
+    assert tracking.version_by_alias("dynlm-dntm", "no-such-alias") is None  # model there, alias not
 
     worse, _ = _training(tmp_path, "worse", job, prepared, seed=2, valid_ppls=[45.0])
-    result = tracking.register_and_promote(worse, "dntm", 45.0, data_hash)
-    assert (result.version, result.promoted, result.champion_version) == ("2", False, "1")
+    result = tracking.register_and_promote(worse, 45.0)
+    assert (result.version, result.decision, result.champion_version) == ("2", "rejected", "1")
     assert str(client.get_model_version_by_alias("dynlm-dntm", "champion").version) == "1"
     assert str(client.get_model_version_by_alias("dynlm-dntm", "challenger").version) == "2"
 
-    better, better_model = _training(tmp_path, "better", job, prepared, seed=3, valid_ppls=[50.0, 35.0])
-    result = tracking.register_and_promote(better, "dntm", 35.0, data_hash, margin=1.0)
-    assert (result.version, result.promoted) == ("3", True)
-    champion = client.get_model_version_by_alias("dynlm-dntm", "champion")
-    assert str(champion.version) == "3"
-    assert champion.tags["valid_ppl"] == "35.0" and champion.tags["data_hash"] == data_hash
-    assert champion.tags["promotion"] == result.reason
+    # 39 beats 40 but not by 10%: relative margin
+    close, _ = _training(tmp_path, "close", job, prepared, seed=3, valid_ppls=[39.0])
+    result = tracking.register_and_promote(close, 39.0, margin=0.1)
+    assert (result.version, result.promoted) == ("3", False) and "x (1 - margin 0.1) = 36.0000" in result.reason
 
-    # other data: never promoted automatically, whatever the number
-    other_job = _job(tmp_path, "data.vocab_size=999")
-    other, _ = _training(tmp_path, "other", other_job, prepared, seed=4, valid_ppls=[5.0])
-    result = tracking.register_and_promote(other, "dntm", 5.0, other_job.data.data_hash())
-    assert result.promoted is False and "not comparable" in result.reason
-    assert str(client.get_model_version_by_alias("dynlm-dntm", "champion").version) == "3"
-    assert client.get_model_version("dynlm-dntm", "4").tags["promotion"] == result.reason
+    better, better_model = _training(tmp_path, "better", job, prepared, seed=4, valid_ppls=[50.0, 35.0])
+    result = tracking.register_and_promote(better, 35.0, margin=0.1)
+    assert (result.version, result.promoted, result.champion_version) == ("4", True, "4")
+    champion = tracking.version_by_alias("dynlm-dntm", "champion")
+    assert str(champion.version) == "4" and champion.tags["run_id"] == better
+    assert champion.tags["valid_ppl"] == "35.0" and champion.tags["data_hash"] == data_hash
+    assert champion.tags["valid_data_hash"] == valid_hash
+    assert champion.tags["promotion"] == result.reason
+    assert client.get_run(better).data.tags["registered_version"] == "dynlm-dntm/4"
 
     # loading by alias gives the registered weights
     model, model_cfg, spec, preprocessor = tracking.load_model("models:/dynlm-dntm@champion")
@@ -134,4 +190,87 @@ def test_register_needs_a_finished_run(tmp_path, mlflow_uri):
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
     run_id = tracking.start_training_run(job, make_prepared_folder(tmp_path / "prepared", pre))
     with pytest.raises(ValueError, match="no logged model"):
-        tracking.register_and_promote(run_id, "dntm", 10.0, job.data.data_hash())
+        tracking.register_and_promote(run_id, 10.0)
+
+
+def test_another_validation_set_is_never_promoted(tmp_path, mlflow_uri):
+    """The comparison key is the validation set, not the training data: same training data
+    (``data_hash``), other valid shards -> not comparable, whatever the perplexities."""
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    valid_a = _prepared_with_valid_shard(tmp_path / "a", pre, b"valid documents A")
+    valid_b = _prepared_with_valid_shard(tmp_path / "b", pre, b"valid documents B")
+    same_bytes = _prepared_with_valid_shard(tmp_path / "a-copy", pre, b"valid documents A")
+    assert tracking.valid_data_hash(valid_a) != tracking.valid_data_hash(valid_b)
+    assert tracking.valid_data_hash(valid_a) == tracking.valid_data_hash(same_bytes)  # content, not path
+
+    champion, _ = _training(tmp_path, "champion", job, valid_a, seed=1, valid_ppls=[40.0])
+    assert tracking.register_and_promote(champion, 40.0).promoted
+    other, _ = _training(tmp_path, "other", job, valid_b, seed=2, valid_ppls=[5.0])
+    result = tracking.register_and_promote(other, 5.0)
+    assert (result.decision, result.champion_version) == ("rejected", "1")
+    assert "not comparable" in result.reason and tracking.valid_data_hash(valid_b) in result.reason
+    version = MlflowClient(mlflow_uri, mlflow_uri).get_model_version("dynlm-dntm", result.version)
+    assert version.tags["data_hash"] == job.data.data_hash()  # the training data: the same
+    assert version.tags["valid_data_hash"] == tracking.valid_data_hash(valid_b)
+    # a caller that scored the champion on the challenger's validation set may promote
+    measured = tracking.register_and_promote(other, 5.0, champion=tracking.MeasuredChampion("1", 40.0),
+                                             valid_data_hash="fixed-set")
+    assert measured.promoted and "on validation fixed-set" in measured.reason
+    new = tracking.version_by_alias("dynlm-dntm", "champion")
+    assert str(new.version) == measured.version and new.tags["valid_data_hash"] == "fixed-set"
+
+
+def _concurrently(calls):
+    """Run the calls in threads started together; return their results in call order."""
+    results, errors = [None] * len(calls), []
+    barrier = threading.Barrier(len(calls))
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results
+
+
+def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_uri):
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    prepared = make_prepared_folder(tmp_path / "prepared", pre)
+    first, _ = _training(tmp_path, "first", job, prepared, seed=1, valid_ppls=[40.0])
+    assert tracking.register_and_promote(first, 40.0).promoted
+    a, _ = _training(tmp_path, "a", job, prepared, seed=2, valid_ppls=[30.0])
+    b, _ = _training(tmp_path, "b", job, prepared, seed=3, valid_ppls=[30.0])
+
+    def slow_promotion():  # widen the window between reading champion and moving it
+        time.sleep(0.5)
+
+    # champion read from the registry under the lock: the second caller sees the new champion
+    # (30), which 30 does not beat
+    results = _concurrently([lambda run=run: tracking.register_and_promote(run, 30.0, before_promote=slow_promotion)
+                             for run in (a, b)])
+    assert sorted(r.decision for r in results) == ["promoted", "rejected"]
+    winner = next(r for r in results if r.promoted)
+    assert str(tracking.version_by_alias("dynlm-dntm", "champion").version) == winner.version
+
+    # champion measured by the callers (retrain): the one that finds it moved refuses
+    c, _ = _training(tmp_path, "c", job, prepared, seed=4, valid_ppls=[20.0])
+    d, _ = _training(tmp_path, "d", job, prepared, seed=5, valid_ppls=[20.0])
+    measured = tracking.MeasuredChampion(winner.version, 30.0)
+    results = _concurrently([lambda run=run: tracking.register_and_promote(
+        run, 20.0, champion=measured, valid_data_hash="fixed", before_promote=slow_promotion) for run in (c, d)])
+    assert sorted(r.decision for r in results) == ["conflict", "promoted"]
+    promoted = next(r for r in results if r.promoted)
+    refused = next(r for r in results if r.decision == "conflict")
+    assert f"champion moved from v{winner.version} to v{promoted.version}" in refused.reason
+    assert refused.champion_version == promoted.version
+    assert str(tracking.version_by_alias("dynlm-dntm", "champion").version) == promoted.version

@@ -202,7 +202,10 @@ def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_
     client = MlflowClient(mlflow_module_uri, registry_uri=mlflow_module_uri)
     champion = client.get_model_version_by_alias("dynlm-dynamical", "champion")
     assert champion.run_id == result.run_id
-    assert client.get_run(result.run_id).data.params["model.type"] == "dynamical"
+    run = client.get_run(result.run_id)
+    assert run.data.params["model.type"] == "dynamical"
+    gate_history = client.get_metric_history(result.run_id, "train_gate_input_mean")
+    assert [m.step for m in gate_history] == [1, 2] and all(0 < m.value < 2 for m in gate_history)
     model, model_cfg, _, _ = dynlm_checkpoint.load(Path(result.best_checkpoint_dir) / "model.pt")
     assert model_cfg.type == "dynamical" and type(model).__name__ == "DynamicalLM"
 

@@ -100,7 +100,8 @@ def test_results_table_csv_and_plot(tmp_path):
     rows = list(csv.DictReader(io.StringIO(results_csv(trials, keys))))
     assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
     assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
-    png = plot_results(trials, default_job(), tmp_path / "plot.png")
+    png = tmp_path / "plot.png"
+    plot_results(trials, default_job()).savefig(png, dpi=100)  # what log_figure stores
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
 
@@ -262,7 +263,9 @@ def test_readme_quickstart_search_from_an_empty_directory(ray_session, mlflow_ur
     parent = client.search_runs([client.get_experiment_by_name("dynlm").experiment_id],
                                 filter_string="tags.`dynlm.kind` = 'tune'")[0]
     children = _child_runs(client, parent.info.run_id)
-    assert len(children) == 2 and {c.info.status for c in children} == {"FINISHED"}
+    # ASHA may stop the worse trial at its one report (max_t = 1 epoch here): KILLED, not failed
+    assert len(children) == 2 and {c.info.status for c in children} <= {"FINISHED", "KILLED"}
+    assert "FINISHED" in {c.info.status for c in children}
     assert {c.data.tags["dynlm.prepared_root"] for c in children} == {str(p) for p in built}
     assert parent.info.status == "FINISHED" and parent.data.metrics["num_failed_trials"] == 0
     _wait_for_idle_cluster(ray_session)

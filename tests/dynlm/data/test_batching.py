@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,8 +11,13 @@ from dynlm.data.batching import (
     KIND_FIRST_MENTION,
     KIND_OOV,
     KIND_REAPPEAR,
+    KIND_REAPPEAR_1,
+    KIND_REAPPEAR_2,
+    KIND_REAPPEAR_3_5,
+    KIND_REAPPEAR_6_PLUS,
     batch_documents,
     collate_documents,
+    mentions_before,
 )
 
 E1, E2 = 20, 21  # <unk1>, <unk2> in the tiny spec (num_words=20); short list = ids < 15
@@ -49,8 +55,33 @@ def test_target_kind_flags(two_docs, tiny_spec):
     # targets a0: 5, <e1> (first), 16 (after entity, off the short list), <eos>
     assert s0.target_kind[0].tolist() == [0, KIND_FIRST_MENTION, KIND_AFTER_ENTITY | KIND_OOV, 0]
     # targets a1: <e1> (re-appears), <e2> (first, after <e1>), 7 (after <e2>), <eos>
-    assert s1.target_kind[0].tolist() == [KIND_REAPPEAR, KIND_FIRST_MENTION | KIND_AFTER_ENTITY, KIND_AFTER_ENTITY, 0]
+    assert s1.target_kind[0].tolist() == [KIND_REAPPEAR | KIND_REAPPEAR_1, KIND_FIRST_MENTION | KIND_AFTER_ENTITY, KIND_AFTER_ENTITY, 0]
     assert s0.target_kind[1].tolist() == [0, 0, 0, 0]
+
+
+def test_mentions_before_counts_earlier_positions_of_the_same_chain():
+    assert mentions_before(np.array([0, 1, 2, 1, 0, 2, 1, 3])).tolist() == [0, 0, 0, 1, 0, 1, 2, 0]
+    assert mentions_before(np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_reappearance_bins_by_earlier_mentions(make_row, tiny_spec):
+    # <e1> mentioned 8 times over three sentences; <e2> twice; mentions before: e1 0..7, e2 0, 1
+    row = make_row("acc", [[E1, 5, E1, E2], [E1, E1, E2, E1], [E1, 6, E1, E1]], tiny_spec)
+    steps = collate_documents([row], tiny_spec).sentences
+    kinds = torch.cat([s.target_kind[0, : int(s.lengths[0])] for s in steps])  # [15] over the document
+    targets = torch.cat([s.targets[0, : int(s.lengths[0])] for s in steps])
+    bins = {KIND_REAPPEAR_1: [], KIND_REAPPEAR_2: [], KIND_REAPPEAR_3_5: [], KIND_REAPPEAR_6_PLUS: []}
+    for index, kind in enumerate(kinds.tolist()):
+        for bit in bins:
+            if kind & bit:
+                bins[bit].append((index, int(targets[index])))
+    # target positions: s0 = 0..4 (E1 5 E1 E2 eos), s1 = 5..9, s2 = 10..14
+    assert bins[KIND_REAPPEAR_1] == [(2, E1), (7, E2)]  # 2nd E1, 2nd E2
+    assert bins[KIND_REAPPEAR_2] == [(5, E1)]
+    assert bins[KIND_REAPPEAR_3_5] == [(6, E1), (8, E1), (10, E1)]  # E1 with 3, 4, 5 earlier mentions
+    assert bins[KIND_REAPPEAR_6_PLUS] == [(12, E1), (13, E1)]  # 6 and 7 earlier mentions
+    reappear = [i for i, k in enumerate(kinds.tolist()) if k & KIND_REAPPEAR]
+    assert sorted(i for pairs in bins.values() for i, _ in pairs) == reappear  # exactly one bin each
 
 
 def test_unique_subwords_once_per_word(two_docs, tiny_spec):

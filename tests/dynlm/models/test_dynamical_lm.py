@@ -1,14 +1,17 @@
-"""DynamicalLM: static equivalence at theta_hat = 0, updates, gradient to phi (finite
-differences), and that short meta-training makes the second reading of a document cheaper."""
+"""DynamicalLM: static equivalence at theta_hat = 0, equality with dynamic evaluation before
+meta-training, updates, gradient to phi (finite differences), gate statistics, and that short
+meta-training makes the second reading of a document cheaper (also than dynamic evaluation)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from dynlm.data.batching import collate_documents
+from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
 from dynlm.losses import chunk_loss, token_nll
 from dynlm.models import build_model
 from dynlm.models.dynamical_lm import DynamicalLM, DynamicalState, dynamical_lm_small
+from dynlm.training import TrainConfig, evaluate, train_step
 from dynlm.vocab_spec import VocabSpec
 
 SPEC = VocabSpec(num_words=24, num_entities=0, shortlist_size=24, num_subwords=4)
@@ -85,7 +88,9 @@ def test_no_grad_is_a_clear_error():
 def test_gradient_of_one_unrolled_update_reaches_phi(first_order):
     """d(loss of segment 2)/d(phi) through one update, against central finite differences."""
     torch.manual_seed(0)
-    model = _model(segment_len=5, meta_hidden_dim=3, first_order=first_order, input_gate_bias=-1.0).double().train()
+    model = _model(segment_len=5, meta_hidden_dim=3, first_order=first_order, eta=0.5).double().train()
+    with torch.no_grad():  # the last layer starts at 0, which would leave the hidden layer without gradient
+        model.meta_learner.gates.weight.normal_(0.0, 0.5)
     batch = _random_docs(2, 8, 1, seed=3)  # 9 positions: segment 1 = 0..4, segment 2 = 5..8
 
     def second_segment_loss():
@@ -133,7 +138,7 @@ def _second_reading_nll(model, twice, once):
 
 def test_meta_training_lowers_the_loss_of_a_second_reading():
     torch.manual_seed(0)
-    model = _model(segment_len=6, unroll_steps=4, input_gate_bias=1.0, forget_gate_bias=4.0, meta_lr=0.05)
+    model = _model(segment_len=6, unroll_steps=4, eta=0.5, decay=0.02, meta_lr=0.05)
     optimizer = torch.optim.Adam(model.param_groups(0.01))
     model.train()
     for step in range(40):
@@ -147,8 +152,7 @@ def test_meta_training_lowers_the_loss_of_a_second_reading():
     twice, once = _random_docs(8, 12, 2, seed=7), _random_docs(8, 12, 1, seed=7)
     dynamic = _second_reading_nll(model, twice, once)
     # the same theta with the meta-learner switched off (theta_hat stays 0) = the static model
-    with torch.no_grad():
-        model.meta_learner.gates.bias.copy_(torch.tensor([-100.0, 100.0]))
+    model.meta_learner.set_rule(0.0, 0.0)
     static = _second_reading_nll(model, twice, once)
     # a fast output layer is at best a unigram cache of the 12 words read: ~0.83 of the static NLL
     assert dynamic < 0.9 * static
@@ -167,3 +171,91 @@ def test_fast_embedding_leaves_the_pad_row_static():
     assert float(fast.abs().max()) > 0
     chunk_loss([output], [sentence])[0].backward()
     assert float(model.lm.embedding.word.weight.grad[SPEC.pad_id].abs().max()) == 0.0
+
+
+@pytest.fixture
+def float64():
+    """float64 by default (weights and RNN states), so that only float32 scoring rounds."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _static_lm_trained(model):
+    """A few Adam steps on theta alone, so that dynamic evaluation has something to adapt."""
+    optimizer = torch.optim.Adam(model.lm.parameters(), lr=0.01)
+    for step in range(5):
+        batch = _random_docs(4, 10, 1, seed=200 + step)
+        outputs, _ = model.lm(batch.sentences, model.lm.init_state(4))
+        loss, _, _ = chunk_loss(outputs, batch.sentences)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def _single_document_batches(num_docs, seed):
+    """Documents of different lengths, two readings each, one batch per document."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(num_docs):
+        sentence = torch.randint(4, SPEC.num_words, (7 + 2 * i,), generator=g).tolist()
+        rows.append(_row(f"d{i}", [sentence, sentence[::-1], sentence]))
+    return [collate_documents([row], SPEC) for row in rows]
+
+
+def test_before_meta_training_the_model_evaluates_like_dynamic_evaluation(float64):
+    """Gates start at 1: evaluate(DynamicalLM) == dynamic_evaluate(its theta) on the same weights.
+
+    Fast output layer only: its gradient does not go back through time, so the model's
+    truncation at chunk and sentence boundaries (see the module docstring) changes nothing.
+    """
+    torch.manual_seed(0)
+    model = _model(fast_params=["output"], segment_len=5)
+    _static_lm_trained(model)
+    stats = collect_grad_stats(model.lm, [_random_docs(3, 10, 1, seed=50)], segment_len=5)
+    cfg = DynamicEvalConfig(lr=0.05, decay=0.05, eps=1e-3, segment_len=5)
+    model.init_from_dynamic_eval(cfg, stats)
+    batches = _single_document_batches(3, seed=9)
+    ours = evaluate(model, batches)
+    krause = dynamic_evaluate(model.lm, batches, cfg, stats, names=list(model.adapted_parameter_names().values()))
+    static = evaluate(model.lm, batches)
+    assert ours["tokens"] == krause["tokens"] == static["tokens"]
+    assert abs(krause["loss"] - static["loss"]) > 1e-3  # the updates matter on this data
+    # token_nll scores in float32 (also dynamic evaluation's gradient): equal to float32 rounding
+    assert ours["loss"] == pytest.approx(krause["loss"], rel=1e-6, abs=0)
+    with pytest.raises(ValueError, match="segment_len"):
+        model.init_from_dynamic_eval(cfg.replace(segment_len=6), stats)
+
+
+def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
+    """phi alone is meta-trained on documents read twice; the learned rule ends below the hand-set one."""
+    torch.manual_seed(0)
+    model = _model(segment_len=6, unroll_steps=4, decay=0.0)
+    _static_lm_trained(model)
+    stats = collect_grad_stats(model.lm, [_random_docs(4, 12, 1, seed=60)], segment_len=6)
+    model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.01, decay=0.0, segment_len=6), stats)
+    held_out = [_random_docs(8, 12, 2, seed=7)]
+    before = evaluate(model, held_out)["loss"]
+    optimizer = torch.optim.Adam(model.meta_learner.parameters(), lr=0.05)
+    cfg = TrainConfig(bptt_sentences=2, grad_clip=1.0)
+    metrics = [train_step(model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg) for step in range(10)]
+    after = evaluate(model, held_out)["loss"]
+    assert metrics[0]["gate_input_mean"] == pytest.approx(1.0) and metrics[0]["gate_input_std"] == 0.0
+    assert metrics[-1]["gate_input_mean"] > 1.3  # the learned step is larger than dynamic evaluation's
+    assert metrics[-1]["gate_input_std"] > 0 and "gate_forget_mean" in metrics[-1]
+    assert after < before - 0.02  # measured: 3.083 -> 3.031
+
+
+@pytest.mark.slow
+def test_compiled_update_evaluates_like_the_eager_one():
+    """compile_update fuses the evaluation update (torch.compile); the numbers do not change."""
+    torch.manual_seed(0)
+    eager = _model(segment_len=4, eta=0.3, decay=0.05)
+    with torch.no_grad():
+        eager.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
+    fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True)
+    fused.load_state_dict(eager.state_dict())
+    batches = [_random_docs(3, 9, 2, seed=11)]
+    assert evaluate(fused, batches)["loss"] == pytest.approx(evaluate(eager, batches)["loss"], rel=1e-5)
+    assert "_compiled_update_fn" in fused.__dict__ and "_compiled_update_fn" not in fused.state_dict()

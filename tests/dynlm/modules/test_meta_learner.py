@@ -1,11 +1,18 @@
-"""MetaLearner: gradient preprocessing, gate ranges and initial values, the gated update."""
+"""MetaLearner: gradient preprocessing, gate ranges, gates exactly 1 at init (= dynamic
+evaluation's update), the corrected update formula, and eta / lambda settings."""
 
 import math
 
 import pytest
 import torch
 
-from dynlm.modules.meta_learner import MetaLearner, preprocess_gradient
+from dynlm.modules.meta_learner import MetaLearner, UpdatePrior, preprocess_gradient
+
+
+def _prior(shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return UpdatePrior(denominator=torch.rand(shape, generator=g) + 0.1,
+                       decay_rate=torch.rand(shape, generator=g) * 2)
 
 
 def test_preprocess_gradient_exact_values():
@@ -16,39 +23,57 @@ def test_preprocess_gradient_exact_values():
 
 
 @pytest.mark.parametrize("hidden_dim", [0, 8])
-def test_gates_in_open_unit_interval_even_for_extreme_inputs(hidden_dim):
-    learner = MetaLearner(hidden_dim, input_gate_bias=-3.0, forget_gate_bias=3.0, init_scale=1.0)
-    grad = torch.randn(2, 5, 7) * 1e3
+def test_gates_in_open_interval_0_2_even_for_extreme_inputs(hidden_dim):
+    learner = MetaLearner(hidden_dim, init_scale=1.0)
+    step = torch.randn(2, 5, 7) * 1e3
     fast = torch.randn(2, 5, 7) * 3
-    gates = learner(grad, fast, torch.tensor([0.5, 10.0]))
+    gates = learner(step, fast, torch.tensor([0.5, 10.0]), _prior((5, 7)).denominator)
     for gate in (gates.input_gate, gates.forget_gate):
         assert gate.shape == (2, 5, 7)
-        assert bool((gate > 0).all()) and bool((gate < 1).all())
-
-
-def test_initial_gates_follow_the_biases():
-    learner = MetaLearner(0, input_gate_bias=-5.0, forget_gate_bias=5.0)
-    gates = learner(torch.randn(3, 4), torch.zeros(3, 4), torch.full((3,), 4.0))
-    # last-layer weights start at std 0.01, so gates ~ sigmoid(bias)
-    assert abs(gates.input_gate.mean().item() - torch.sigmoid(torch.tensor(-5.0)).item()) < 1e-3
-    assert abs(gates.forget_gate.mean().item() - torch.sigmoid(torch.tensor(5.0)).item()) < 1e-3
+        assert bool((gate > 0).all()) and bool((gate < 2).all())
+        assert float(gate.detach().std()) > 0
 
 
 @pytest.mark.parametrize("hidden_dim", [0, 4])
-def test_update_is_forget_times_fast_minus_input_times_grad(hidden_dim):
-    learner = MetaLearner(hidden_dim, init_scale=0.5)
+def test_initial_update_is_dynamic_evaluation(hidden_dim):
+    """Gates start at exactly 1: fast <- (1 - lam * rate) * fast - eta * grad / denominator."""
+    learner = MetaLearner(hidden_dim, eta=0.03, lam=0.2)
     grad, fast, loss = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.tensor([1.0, 2.0])
-    gates = learner(grad, fast, loss)
-    expected = gates.forget_gate * fast - gates.input_gate * grad
-    torch.testing.assert_close(learner.update(fast, grad, loss), expected)
+    prior = _prior((3, 4))
+    new, gates = learner.update(fast, grad, loss, prior)
+    assert bool((gates.input_gate == 1).all()) and bool((gates.forget_gate == 1).all())
+    expected = (1 - 0.2 * prior.decay_rate) * fast - 0.03 * grad / prior.denominator
+    torch.testing.assert_close(new, expected)
+
+
+@pytest.mark.parametrize("hidden_dim", [0, 4])
+def test_gates_correct_the_step_and_the_decay_multiplicatively(hidden_dim):
+    learner = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5)
+    grad, fast, loss = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.tensor([1.0, 2.0])
+    prior = _prior((3, 4), seed=1)
+    new, gates = learner.update(fast, grad, loss, prior)
+    expected = ((1 - 0.1 * prior.decay_rate * gates.forget_gate) * fast
+                - 0.5 * gates.input_gate * grad / prior.denominator)
+    torch.testing.assert_close(new, expected)
     # each document's gates see only its own loss
-    other = learner(grad, fast, torch.tensor([1.0, 7.0]))
+    other = learner(grad / prior.denominator, fast, torch.tensor([1.0, 7.0]), prior.denominator)
     torch.testing.assert_close(other.input_gate[0], gates.input_gate[0])
     assert not torch.allclose(other.input_gate[1], gates.input_gate[1])
 
 
+def test_set_rule_and_checkpointed_eta_lambda():
+    learner = MetaLearner(0, eta=1e-3, lam=0.0)
+    learner.set_rule(0.02, 0.5)
+    assert float(learner.eta) == pytest.approx(0.02) and float(learner.lam) == 0.5
+    state = learner.state_dict()
+    assert float(state["eta"]) == pytest.approx(0.02)  # buffers: a checkpoint keeps them
+    assert sum(p.numel() for p in learner.parameters()) == 2 * 5 + 2  # eta, lam are not trained
+    with pytest.raises(ValueError, match="eta >= 0"):
+        learner.set_rule(-1.0, 0.0)
+
+
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="grad shape"):
-        MetaLearner(0)(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2))
+        MetaLearner(0)(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2), torch.ones(4))
     with pytest.raises(ValueError, match="hidden_dim"):
         MetaLearner(-1)

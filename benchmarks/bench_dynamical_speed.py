@@ -1,0 +1,140 @@
+"""Evaluation speed of the meta-learned dynamical LM, one change at a time, vs. the static LM.
+
+    python benchmarks/bench_dynamical_speed.py                 # ~2 min on one CPU thread
+
+Seeded random documents (no corpus needed) at the size of the 60-article WikiText-2 setting of
+``reproduce_dynamical.py``: vocabulary 5005, LSTM 1x96, fast output layer, segment 32, batches
+of 8 documents. Each row is ``dynlm.training.evaluate`` tokens/s (best of ``--repeats``):
+
+1. static LSTM (no fast weights);
+2. dynamical LM as before this change: output layer through ``theta + theta_hat`` per document
+   and an autograd graph built for the update;
+3. + output layer as ``decoder(x) + functional_call(decoder, theta_hat)(x)``;
+4. + the update under ``torch.no_grad`` (the default now);
+5. + ``compile_update`` (the element-wise update fused by ``torch.compile``; compile time
+   excluded, printed apart);
+6. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
+
+Rows 2 and 3 re-create the former code paths by patching this process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import contextmanager
+from unittest import mock
+
+import torch
+
+import dynlm.models.dynamical_lm as dynamical_module
+from dynlm.data.batching import collate_documents
+from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
+from dynlm.models.config import ModelConfig
+from dynlm.models.dynamical_lm import DynamicalLM
+from dynlm.models.rnn_lm import RNNLM
+from dynlm.modules.fast_weights import per_document_call
+from dynlm.training import evaluate
+from dynlm.vocab_spec import VocabSpec
+
+
+def random_batches(spec: VocabSpec, num_docs: int, sentences: int, length: int, batch_size: int, seed: int = 0):
+    """Seeded documents of ``sentences`` sentences of ``length`` words, Zipf-like word ids."""
+    g = torch.Generator().manual_seed(seed)
+    ranks = torch.arange(1, spec.num_words - 3, dtype=torch.float)
+    probs = (1.0 / ranks) / (1.0 / ranks).sum()
+    rows = []
+    for d in range(num_docs):
+        words, lengths = [], []
+        for _ in range(sentences):
+            sentence = (torch.multinomial(probs, length, replacement=True, generator=g) + 4).tolist()
+            words += [spec.bos_id, *sentence, spec.eos_id]
+            lengths.append(length + 2)
+        n = len(words)
+        rows.append(dict(doc_id=f"d{d}", source_file="bench", num_tokens=n, sentence_lengths=lengths,
+                         word_ids=words, entity_ids=[0] * n, subword_ids=[1] * n, subword_lengths=[1] * n))
+    return [collate_documents(rows[i:i + batch_size], spec) for i in range(0, num_docs, batch_size)]
+
+
+def tokens_per_second(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        metrics = fn()
+        best = min(best, time.perf_counter() - start)
+    return metrics["tokens"] / best
+
+
+@contextmanager
+def former_output_layer():
+    """The output layer as it was: ``functional_call(decoder, theta + theta_hat[b])(x[b])``."""
+    def theta_plus_delta(linear, x, delta_weight, delta_bias):
+        return per_document_call(linear, {"weight": delta_weight, "bias": delta_bias}, x)
+    with mock.patch.object(dynamical_module, "fast_linear", theta_plus_delta):
+        yield
+
+
+@contextmanager
+def update_with_graph():
+    """The update as it was at evaluation: under autograd (a graph that is then dropped)."""
+    original = DynamicalLM._update
+
+    def with_graph(self, *args, **kwargs):
+        with torch.enable_grad():
+            return original(self, *args, **kwargs)
+    with mock.patch.object(DynamicalLM, "_update", with_graph):
+        yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vocab", type=int, default=5005)
+    parser.add_argument("--hidden", type=int, default=96)
+    parser.add_argument("--docs", type=int, default=16)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    spec = VocabSpec(num_words=args.vocab, num_entities=0, shortlist_size=args.vocab, num_subwords=4)
+    batches = random_batches(spec, args.docs, sentences=8, length=30, batch_size=8)
+    base = dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden, num_layers=1, dropout=0.0,
+                embedding="word")
+    static = RNNLM(ModelConfig.from_dict(base), spec)
+    dyn_cfg = ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": dict(
+        fast_params=["output"], meta_hidden_dim=0, segment_len=32, eta=3e-3)})
+    model = DynamicalLM(dyn_cfg, spec)
+    model.lm.load_state_dict(static.state_dict())
+    stats = collect_grad_stats(static, batches[:1], segment_len=32, max_segments=20)
+    rule = DynamicEvalConfig(lr=3e-3, decay=0.0, segment_len=32)
+    model.init_from_dynamic_eval(rule, stats)
+    with torch.no_grad():
+        model.meta_learner.gates.weight.normal_(0.0, 0.1)  # a trained-looking meta-learner
+    rows = [("static LSTM", tokens_per_second(lambda: evaluate(static, batches), args.repeats))]
+    with former_output_layer(), update_with_graph():
+        rows.append(("dynamical, former: theta + theta_hat, update with graph",
+                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+    with update_with_graph():
+        rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
+                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+    rows.append(("+ update under no_grad (default)", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+    fused = DynamicalLM(dyn_cfg.replace(dynamical={**dyn_cfg.dynamical.to_dict(), "compile_update": True}), spec)
+    fused.load_state_dict(model.state_dict())
+    start = time.perf_counter()
+    evaluate(fused, batches[:1])
+    compile_seconds = time.perf_counter() - start
+    rows.append(("+ compile_update (fused update)", tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+    names = list(model.adapted_parameter_names().values())
+    rows.append(("dynamic evaluation, output layer (batch 1)", tokens_per_second(
+        lambda: dynamic_evaluate(static, batches, rule, stats, names=names), args.repeats)))
+    print(f"{args.docs} documents x 8 sentences x 32 positions, V={args.vocab}, H={args.hidden}, "
+          f"{args.threads} thread(s), best of {args.repeats}; compile_update compiled in {compile_seconds:.1f} s")
+    print("| evaluation | tokens/s | vs. static |")
+    print("|---|---|---|")
+    for label, speed in rows:
+        print(f"| {label} | {speed:.0f} | {speed / rows[0][1]:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The LM task: its stages give the prepared rows of the existing Ray-free prepare, and its
+evaluation carries the accumulation analysis, counted here independently from the rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from dynlm.data.config import DataConfig
+from dynlm.data.local_prepare import prepare_local
+from dynlm.data.synth import SynthConfig, write_conll
+from dynlm.models import rnn_lm_small
+from dynlm.tasks import get_task
+from dynlm.tasks.lm import ACCUMULATION_FIGURE
+from dynlm.tasks.local import files_table, prepare_in_memory
+from dynlm.training import TrainConfig
+
+SETTINGS = dict(vocab_size=60, bpe_merges=40, max_chains=8)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    files = write_conll(SynthConfig(num_documents=24, seed=3, docs_per_file=6), root / "corpus")
+    cfg = DataConfig(inputs=[str(root / "corpus")], output_root=str(root / "prepared"), **SETTINGS)
+    return cfg, files, prepare_in_memory(get_task("lm"), files_table(files), cfg)
+
+
+def test_lm_task_stages_equal_the_local_prepare(prepared):
+    cfg, _files, in_memory = prepared
+    local = prepare_local(cfg)
+    assert in_memory.preprocessor.to_json() == local.preprocessor.to_json()
+    for split in ("train", "valid", "test"):
+        expected = sorted(local.iter_rows(split), key=lambda row: row["doc_id"])
+        assert in_memory.splits[split] == expected and expected
+    assert in_memory.rejected() == local.quarantine_rows() == []
+
+
+def _reappearance_bins(rows) -> Counter:
+    """Re-appearing entity tokens per bin of earlier mentions, counted with a plain loop."""
+    bins: Counter = Counter()
+    for row in rows:
+        seen: Counter = Counter()
+        for chain in row["entity_ids"]:
+            if chain:
+                before = seen[chain]
+                if before:
+                    bins["1" if before == 1 else "2" if before == 2 else "3_5" if before <= 5 else "6_plus"] += 1
+                seen[chain] += 1
+    return bins
+
+
+def test_lm_task_evaluation_counts_the_accumulation_bins(prepared):
+    _cfg, _files, in_memory = prepared
+    task = get_task("lm")
+    spec, rows = in_memory.preprocessor.spec, in_memory.splits["train"]
+    torch.manual_seed(0)
+    model = task.build_model(rnn_lm_small(embed_dim=16, hidden_dim=16, dropout=0.0), spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    step = task.train_step(model, task.collate(rows[:4], spec), optimizer, TrainConfig(bptt_sentences=4))
+    assert step["tokens"] == sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows[:4])
+
+    metrics = task.evaluate(model, task.batches(rows, spec, 4, seed=None))
+    bins = _reappearance_bins(rows)
+    assert min(bins.values()) > 0  # the synthetic corpus re-mentions its people up to 6+ times
+    for name in ("1", "2", "3_5", "6_plus"):
+        assert metrics[f"count_reappearing_{name}"] == bins[name]
+    assert sum(metrics[f"nll_sum_reappearing_{n}"] for n in ("1", "2", "3_5", "6_plus")) == pytest.approx(
+        metrics["nll_sum_reappearing"], rel=1e-9)
+    table = task.metric_table(metrics, "lm")
+    assert f"  {'  6+ earlier mentions':<28}{bins['6_plus']:>10}" in table
+    figures = task.metric_figures(metrics, "lm")
+    assert list(figures) == [ACCUMULATION_FIGURE]
+    assert [bar.get_height() for bar in figures[ACCUMULATION_FIGURE].axes[0].patches] == [
+        metrics[f"ppl_reappearing_{n}"] for n in ("1", "2", "3_5", "6_plus")]

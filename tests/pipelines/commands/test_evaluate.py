@@ -1,0 +1,64 @@
+"""``dynlm evaluate --dynamic-eval``: ``--eta auto`` (the default) picks eta / lambda on the
+valid split and prints the grid; a numeric ``--eta`` is used as given. No Ray: the prepared
+folder comes from ``prepare_local`` and the model is a seeded checkpoint."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from dynlm import checkpoint
+from dynlm.data.config import DataConfig
+from dynlm.data.local_prepare import prepare_local
+from dynlm.data.synth import SynthConfig, write_conll
+from dynlm.dynamic_eval import DEFAULT_ETAS, DEFAULT_LAMBDAS
+from dynlm.models import build_model
+from dynlm.models.rnn_lm import rnn_lm_small
+from pipelines.cli import main
+
+
+@pytest.fixture(scope="module")
+def model_and_data(tmp_path_factory):
+    """A prepared synthetic corpus and a seeded RNN LM checkpoint (with its preprocessor)."""
+    tmp = tmp_path_factory.mktemp("evaluate")
+    write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp / "raw")
+    cfg = DataConfig(inputs=[str(tmp / "raw")], output_root=str(tmp / "out"), vocab_size=80,
+                     bpe_merges=20, max_chains=4, valid_fraction=0.2, test_fraction=0.2)
+    prepared = prepare_local(cfg)
+    model_cfg = rnn_lm_small(embed_dim=16, hidden_dim=16, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(model_cfg, prepared.spec)
+    folder = tmp / "model"
+    checkpoint.save(folder / "model.pt", model, model_cfg, prepared.spec)
+    (folder / "preprocessor.json").write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
+    return str(folder), str(prepared.root)
+
+
+def _args(model, data, *extra):
+    return ["evaluate", "--model", model, "--data", data, "--dynamic-eval", "--stats-segments", "5",
+            "--tune-documents", "2", "--segment-len", "10", *extra]
+
+
+def test_eta_auto_is_the_default_and_picks_the_best_validation_setting(model_and_data, capsys):
+    model, data = model_and_data
+    assert main(_args(model, data)) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\s+([0-9.e-]+)\s+([0-9.e-]+)\s+([0-9.]+)( \*)?$", out, flags=re.M)
+    assert [(float(e), float(lam)) for e, lam, _, _ in rows] == [(e, lam) for e in DEFAULT_ETAS for lam in DEFAULT_LAMBDAS]
+    picked = [row for row in rows if row[3]]
+    assert len(picked) == 1 and float(picked[0][2]) == min(float(row[2]) for row in rows)
+    assert "(2 valid documents of" in out
+    assert re.search(rf"dynamic evaluation \(eta={float(picked[0][0]):g} auto, lambda={float(picked[0][1]):g},", out)
+
+
+def test_a_numeric_eta_is_used_as_given(model_and_data, capsys):
+    model, data = model_and_data
+    assert main(_args(model, data, "--eta", "1e-3", "--lam", "0")) == 0
+    out = capsys.readouterr().out
+    assert "picked on validation" not in out
+    assert "dynamic evaluation (eta=0.001, lambda=0, eps=0.001, segment=10)" in out
+    with pytest.raises(SystemExit):
+        main(_args(model, data, "--eta", "fast"))
+    assert "--eta must be a number or 'auto'" in capsys.readouterr().err
