@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import sys
 import time
 from collections import Counter
@@ -35,7 +34,7 @@ from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
-from dynlm.dynamic_eval import DynamicEvalConfig, choose_dynamic_eval, collect_grad_stats, dynamic_evaluate
+from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
