@@ -40,7 +40,7 @@ from typing import Any, Literal, get_type_hints
 
 import yaml
 
-from dynlm.config import Config, ConfigError, _parse_scalar
+from dynlm.config import Config, ConfigError, _parse_scalar, config_hash
 
 DISTRIBUTIONS = ("choice", "grid", "uniform", "loguniform", "randint")
 DISCRETE = ("choice", "grid")
@@ -404,14 +404,16 @@ def data_configs(space: SearchSpace) -> list[Any]:
     folder from the prepared one (same encoding) when it starts.
 
     Returns:
-        DataConfigs, unique by ``data_hash()``, in a deterministic order.
+        DataConfigs, unique by their settings (the inputs are not read: they may not exist
+        until the search's pre-pass writes the synthetic corpus), in a deterministic order.
     """
     data_keys = [k for k in space.search if k.startswith("data.") and next(iter(space.search[k])) in DISCRETE]
     axes = [next(iter(space.search[k].values())) for k in data_keys]
     configs: dict[str, Any] = {}
     for combo in itertools.product(*axes):
         cfg = apply_params(space.base, dict(zip(data_keys, combo))).data
-        configs.setdefault(cfg.data_hash(), cfg)
+        settings = {k: v for k, v in cfg.to_dict().items() if k not in ("output_root", "num_encode_actors")}
+        configs.setdefault(config_hash(settings), cfg)
     return list(configs.values())
 
 
