@@ -279,7 +279,7 @@ def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, va
         "train_seconds": seconds,
         "lr": lr,
         **{f"train_{k}": v for k, v in (gate_means or {}).items()},  # this rank's, dynamical LM only
-        **{f"valid_{k}": v for k, v in valid.items() if not k.startswith(("nll_sum_", "count_"))},
+        **{f"valid_{k}": v for k, v in valid.items() if not k.startswith("nll_sum_")},  # counts kept
         "best_valid_ppl": state.best_valid_ppl,
         "param_checksum": checksums[0],
         "param_checksum_spread": max(checksums) - min(checksums),

@@ -375,6 +375,21 @@ def plot_learning_curve(history: list[dict[str, Any]]):
     return fig
 
 
+def _log_task_figures(run_id: str, best_epoch: dict[str, Any], uri: str) -> None:
+    """The task's figures of the best epoch's validation metrics (the LM task: the DNTM paper's
+    accumulation analysis, ``accumulation.png``)."""
+    from dynlm.tasks import get_task
+
+    metrics = {key[len("valid_"):]: value for key, value in best_epoch.items() if key.startswith("valid_")}
+    title = f"validation, epoch {best_epoch.get('epoch')}"
+    try:
+        figures = get_task("lm").metric_figures(metrics, title)
+    except KeyError:  # a history without the task's validation metrics (a hand-written one): no figure
+        return
+    for name, figure in figures.items():
+        log_figure(run_id, figure, name, tracking_uri=uri)
+
+
 def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: PreparedData,
                         history: list[dict[str, Any]], *, tracking_uri: str | None = None,
                         status: str = "FINISHED") -> str:
@@ -402,6 +417,7 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     final = {"epochs_completed": len(history)}
     if valid:
         final["best_valid_ppl"] = min(valid)
+        _log_task_figures(run_id, min(history, key=lambda row: row.get("valid_ppl", math.inf)), uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
     model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))

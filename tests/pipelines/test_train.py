@@ -92,8 +92,14 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
     # MLflow: one value per epoch, logged by rank 0 only
     from mlflow import MlflowClient
 
-    values = MlflowClient(mlflow_module_uri).get_metric_history(baseline.run_id, "valid_ppl")
+    client = MlflowClient(mlflow_module_uri)
+    values = client.get_metric_history(baseline.run_id, "valid_ppl")
     assert sorted(m.step for m in values) == [1, 2, 3]
+    # the DNTM paper's accumulation analysis of the best epoch, as a figure and as metrics
+    assert "accumulation.png" in {a.path for a in client.list_artifacts(baseline.run_id)}
+    best = min(history, key=lambda r: r["valid_ppl"])
+    counts = [best[f"valid_count_reappearing_{b}"] for b in ("1", "2", "3_5", "6_plus")]
+    assert sum(counts) == best["valid_count_reappearing"] > 0
 
 
 def _close(a: dict, b: dict, keys=("train_loss", "valid_ppl", "param_checksum"), rel=1e-6):
