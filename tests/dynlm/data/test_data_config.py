@@ -31,11 +31,16 @@ def test_data_hash_of_a_missing_input_names_it(tmp_path):
         DataConfig(inputs=["nowhere.conll"]).data_hash()
 
 
-@pytest.mark.parametrize("bad", [{"gamma": 1.5}, {"valid_fraction": 0.6, "test_fraction": 0.5},
-                                 {"bpe_merges": -1}, {"inputs": []}, {"too_many_chains": "keep"},
-                                 {"vocab_sise": 3}])
-def test_invalid_values_name_the_key(bad):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize("bad, message", [
+    ({"gamma": 1.5}, r"^gamma: must be in \[0, 1\], got 1.5$"),
+    ({"valid_fraction": 0.6, "test_fraction": 0.5}, r"^valid_fraction \+ test_fraction must be < 1 .* 0.6 \+ 0.5$"),
+    ({"bpe_merges": -1}, r"^bpe_merges: must be >= 0, got -1$"),
+    ({"inputs": []}, r"^inputs: at least one input path is required$"),
+    ({"too_many_chains": "keep"}, r"^too_many_chains: 'keep' is not one of \['drop', 'truncate'\]$"),
+    ({"vocab_sise": 3}, r"^DataConfig: unknown key 'vocab_sise'; known keys: \[.*'vocab_size'\]$"),
+])
+def test_invalid_values_name_the_key(bad, message):
+    with pytest.raises(ConfigError, match=message):
         DataConfig.from_dict({"inputs": ["x"], **bad})
 
 
