@@ -179,18 +179,25 @@ class EpochProgress:
         if relay_name is not None:
             import ray
 
-            self.relay = ray.get_actor(relay_name, namespace=RELAY_NAMESPACE)
+            try:
+                self.relay = ray.get_actor(relay_name, namespace=RELAY_NAMESPACE)
+            except ValueError:  # the driver's relay is gone: train without the bar
+                self.relay = None
         self.epoch, self.started, self.last_sent = 0, 0.0, 0.0
 
     def _send(self, event: tuple, wait: bool = False) -> None:
         """Steps: fire and forget. ``wait``: until the relay holds it (one caller's calls run in
         order, so every earlier step too) - an epoch's line is never lost when the worker exits."""
-        if self.relay is not None:
+        if self.relay is None:
+            return
+        import ray
+
+        try:
             ref = self.relay.put.remote(event)
             if wait:
-                import ray
-
                 ray.get(ref)
+        except ray.exceptions.RayActorError:  # the bar is cosmetic: training goes on without it
+            self.relay = None
 
     def start_epoch(self, epoch: int) -> None:
         self.epoch, self.started, self.last_sent = epoch, time.perf_counter(), 0.0
@@ -239,8 +246,12 @@ class TrainingConsole:
     def __enter__(self) -> TrainingConsole:
         import ray
 
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # on the driver's node: a worker node that dies (and is replaced) must not take it along
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.relay = ray.remote(num_cpus=0)(ProgressRelay).options(
-            name=self.relay_name, namespace=RELAY_NAMESPACE).remote()
+            name=self.relay_name, namespace=RELAY_NAMESPACE, scheduling_strategy=here).remote()
         ray.get(self.relay.drain.remote())  # started before rank 0 looks it up
         self._thread = threading.Thread(target=self._poll, name="dynlm-progress", daemon=True)
         self._thread.start()
@@ -251,15 +262,21 @@ class TrainingConsole:
 
         self._stop.set()
         self._thread.join()
-        self._show(ray.get(self.relay.drain.remote()))  # what arrived after the last poll
+        try:
+            self._show(ray.get(self.relay.drain.remote()))  # what arrived after the last poll
+            ray.kill(self.relay)
+        except ray.exceptions.RayActorError:  # never fail a training over its progress display
+            pass
         self._close_bar()
-        ray.kill(self.relay)
 
     def _poll(self) -> None:
         import ray
 
         while not self._stop.wait(POLL_SECONDS):
-            self._show(ray.get(self.relay.drain.remote()))
+            try:
+                self._show(ray.get(self.relay.drain.remote()))
+            except ray.exceptions.RayActorError:
+                return
 
     def _show(self, events: list[tuple]) -> None:
         for kind, *payload in events:

@@ -68,7 +68,8 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
                  "--dynamic-eval", "--stats-data", prepared_root, "--stats-segments", "5"]) == 0
     out = capsys.readouterr().out
     raw = _table(out, "40 documents")
-    dynamic = _table(out, "dynamic evaluation")
+    assert "dynamic evaluation: eta/lambda picked on validation" in out  # --eta auto, the default
+    dynamic = _table(out, "dynamic evaluation (eta=")
     assert float(raw["all tokens"]) > 1.0 and float(dynamic["all tokens"]) > 1.0
 
     with pytest.raises(SystemExit, match="--split applies to a prepared folder"):

@@ -43,6 +43,8 @@ def _post(url: str, payload: dict) -> tuple[int, dict]:
 
 @pytest.mark.slow
 def test_serve_champion_over_http(tmp_path, mlflow_uri):
+    (tmp_path / "corpus").mkdir()  # data_hash() reads what the inputs contain
+    (tmp_path / "corpus" / "doc.txt").write_text("The cat sat .\n", encoding="utf-8")
     job = default_job([f"data.inputs=[{tmp_path / 'corpus'}]"])
     model, model_cfg, spec, pre = make_tiny_lm(tmp_path / "model", seed=5)
     prepared = make_prepared_folder(tmp_path / "prepared", pre)
