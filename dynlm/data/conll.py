@@ -130,9 +130,8 @@ class _DocumentBuilder:
         }
 
 
-def parse_conll(
-    text: str, source_file: str, *, first_line: int = 1, seen_ids: dict[str, int] | None = None
-) -> Iterator[dict | Quarantined]:
+def parse_conll(text: str, source_file: str, *, first_line: int = 1,
+                seen_ids: dict[str, int] | None = None) -> Iterator[dict | Quarantined]:
     """Parse CoNLL-2012-style text into documents (DOCUMENT_SCHEMA dicts) or Quarantined records.
 
     Args:
