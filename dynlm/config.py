@@ -162,15 +162,7 @@ class Config:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value")
             dotted, raw = item.split("=", 1)
-            parts = dotted.strip().split(".")
-            node = data
-            for part in parts[:-1]:
-                if part not in node or not isinstance(node[part], dict):
-                    raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
-                node = node[part]
-            if parts[-1] not in node:
-                raise ConfigError(f"override: unknown key {dotted!r}")
-            node[parts[-1]] = _parse_scalar(raw)
+            set_dotted(data, dotted.strip(), _parse_scalar(raw), what="override")
         return type(self).from_dict(data)
 
     @classmethod
@@ -185,6 +177,42 @@ class Config:
 
     def hash(self, length: int = 16) -> str:
         return config_hash(self.to_dict(), length)
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any, *, what: str = "key") -> None:
+    """Set ``data["a"]["b"]["c"] = value`` for ``dotted="a.b.c"``: every section and the key
+    must exist already (so a typo raises :class:`ConfigError` naming ``what`` and the key)."""
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise ConfigError(f"{what} {dotted!r}: {part!r} is not a section")
+        node = node[part]
+    if parts[-1] not in node:
+        raise ConfigError(f"{what}: unknown key {dotted!r}")
+    node[parts[-1]] = value
+
+
+def field_paths(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf field of a (nested) config, by dotted path: ``{"data.gamma": float, ...}``.
+
+    ``config`` is an instance or a class; a field typed ``Any`` whose value is a config (a
+    task's ``data`` / ``model`` section of :class:`dynlm.job.JobConfig`) is walked through
+    its value, so give an instance for those.
+    """
+    config_cls = config if isinstance(config, type) else type(config)
+    hints = get_type_hints(config_cls)
+    paths: dict[str, Any] = {}
+    for f in dataclasses.fields(config_cls):
+        annotation = hints[f.name]
+        value = None if isinstance(config, type) else getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            paths.update(field_paths(value, f"{prefix}{f.name}."))
+        elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+            paths.update(field_paths(annotation, f"{prefix}{f.name}."))
+        else:
+            paths[f"{prefix}{f.name}"] = annotation
+    return paths
 
 
 def config_hash(data: dict[str, Any], length: int = 16) -> str:

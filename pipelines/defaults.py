@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.config import JobConfig, with_storage_env
+from dynlm.job import JobConfig, with_storage_env
 
 SYNTH_DIR = "runs/synth"
 
@@ -67,7 +67,7 @@ def load_job(path: str | Path | None, overrides: list[str] | None = None) -> Job
     """A job from a YAML file, or the embedded default when ``path`` is None.
 
     ``$DYNLM_STORAGE_PATH`` sets ``run.storage_path`` unless an override does
-    (:func:`pipelines.config.with_storage_env`).
+    (:func:`dynlm.job.with_storage_env`).
     """
     overrides = with_storage_env(overrides)
     if path is None:

@@ -46,7 +46,7 @@ from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
-from pipelines.config import JobConfig, with_storage_env
+from dynlm.job import JobConfig, with_storage_env
 from pipelines.retrain_data import file_listing, prepare_with_preprocessor
 
 EXIT_CONFLICT = 3

@@ -31,16 +31,16 @@ the prepared one in well under a second), and ``grid`` with the Optuna searcher.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal
 
 import yaml
 
-from dynlm.config import Config, ConfigError, _parse_scalar, config_hash
+from dynlm.config import Config, ConfigError, _parse_scalar, config_hash, field_paths
+from dynlm.config import set_dotted as config_set_dotted
 
 DISTRIBUTIONS = ("choice", "grid", "uniform", "loguniform", "randint")
 DISCRETE = ("choice", "grid")
@@ -98,7 +98,7 @@ class SearchSpace:
         source: the file it came from (for messages), or ``"<dict>"``.
     """
 
-    base: Any  # pipelines.config.JobConfig
+    base: Any  # dynlm.job.JobConfig
     search: dict[str, dict[str, list]]
     tune: TuneSettings
     source: str = "<dict>"
@@ -127,36 +127,12 @@ class SearchSpace:
         return self.tune.num_samples * grid_size
 
 
-def field_paths(config_cls: type, prefix: str = "") -> dict[str, Any]:
-    """Every leaf field of a nested Config dataclass, by dotted path.
-
-    Args:
-        config_cls: a dataclass type, e.g. ``JobConfig``.
-    Returns:
-        ``{"data.gamma": float, "model.dntm.merge_fn": Literal[...], ...}``
-    """
-    hints = get_type_hints(config_cls)
-    paths: dict[str, Any] = {}
-    for f in dataclasses.fields(config_cls):
-        annotation = hints[f.name]
-        if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-            paths.update(field_paths(annotation, f"{prefix}{f.name}."))
-        else:
-            paths[f"{prefix}{f.name}"] = annotation
-    return paths
-
-
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
-    """Set ``data["a"]["b"]["c"] = value`` for ``dotted="a.b.c"`` (sections must exist)."""
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            raise SearchSpaceError(f"{dotted!r}: {part!r} is not a section")
-        node = node[part]
-    if parts[-1] not in node:
-        raise SearchSpaceError(f"unknown key {dotted!r}")
-    node[parts[-1]] = value
+    """:func:`dynlm.config.set_dotted`, raising :class:`SearchSpaceError`."""
+    try:
+        config_set_dotted(data, dotted, value)
+    except ConfigError as exc:
+        raise SearchSpaceError(str(exc)) from None
 
 
 def apply_params(base: Any, params: dict[str, Any]) -> Any:
@@ -312,7 +288,7 @@ def from_mapping(raw: Any, *, overrides: list[str] | None = None, source: str = 
         raise SearchSpaceError(f"{source}: search is empty; nothing to tune")
 
     job = base_job if base_job is not None else default_job()
-    paths = field_paths(type(job))
+    paths = field_paths(job)
     data = job.to_dict()
     base_overrides = dict(base_raw)
     for item in overrides or []:

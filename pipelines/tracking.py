@@ -299,7 +299,7 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     until :func:`finish_training_run`.
 
     Args:
-        job: a :class:`pipelines.config.JobConfig`.
+        job: a :class:`dynlm.job.JobConfig`.
         prepared: the prepared data the job trains on.
         parent_run_id: the Tune parent run, for nested runs.
         run_name: MLflow run name (default: ``job.run.name`` or ``<model type>-<time>``).

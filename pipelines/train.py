@@ -54,7 +54,7 @@ from dynlm.models import build_model
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
 from dynlm.vocab_spec import VocabSpec
-from pipelines.config import JobConfig, RunSettings
+from dynlm.job import JobConfig, RunSettings
 
 SORT_BUFFER_BATCHES = 16  # rows buffered for length sorting = this x per-worker batch size
 PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt after this

@@ -133,7 +133,7 @@ def _absolute_base(space: SearchSpace, tracking: str) -> Any:
 
 def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
     """The JobConfig of one trial: base + sampled params, never registering on its own."""
-    from pipelines.config import JobConfig
+    from dynlm.job import JobConfig
 
     base = JobConfig.from_dict(context["base"])
     job = apply_params(base, {key: config[key] for key in context["search_keys"]})
@@ -330,7 +330,7 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
     """
     from ray import tune
 
-    from pipelines.config import RunSettings
+    from dynlm.job import RunSettings
 
     _init_ray()
     if storage.is_uri(experiment) or storage.is_dir(experiment):

@@ -7,17 +7,29 @@ file and a search space) and one entry below (docs/ARCHITECTURE.md, "Tasks").
 
 from __future__ import annotations
 
+import importlib
+
 from dynlm.tasks.base import Task
 from dynlm.tasks.lm import LMTask
 
 TASKS: dict[str, type[Task]] = {"lm": LMTask}
+DEFAULT_TASK = "lm"
 
 
 def get_task(name: str) -> Task:
-    """An instance of the task registered as ``name``; a ValueError names the known ones."""
+    """An instance of the task ``name``: a key of :data:`TASKS`, or ``package.module:Class`` (a
+    task outside the registry, e.g. in a plugin package or a test folder; every Ray worker must
+    be able to import it). A ValueError names the known ones.
+    """
+    if ":" in name:
+        module_name, _, class_name = name.partition(":")
+        task_cls = getattr(importlib.import_module(module_name), class_name, None)
+        if not (isinstance(task_cls, type) and issubclass(task_cls, Task)):
+            raise ValueError(f"task {name!r}: {module_name} has no Task subclass {class_name!r}")
+        return task_cls()
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r} (known: {', '.join(sorted(TASKS))})")
+        raise ValueError(f"unknown task {name!r} (known: {', '.join(sorted(TASKS))}, or package.module:Class)")
     return TASKS[name]()
 
 
-__all__ = ["TASKS", "Task", "get_task"]
+__all__ = ["DEFAULT_TASK", "TASKS", "Task", "get_task"]

@@ -43,7 +43,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from pipelines.config import with_storage_env
+    from dynlm.job import with_storage_env
     from pipelines.search_space import SearchSpaceError, load_search_space
     from pipelines.tune import resume_search, run_search
 

@@ -49,7 +49,7 @@ def main(out: Path) -> dict:
     from ray.cluster_utils import Cluster
 
     from dynlm.data.synth import SynthConfig, write_conll
-    from pipelines.config import JobConfig
+    from dynlm.job import JobConfig
     from pipelines.prepare import prepare
     from pipelines.train import run_training
 

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines.cli import main as cli_main
-from pipelines.config import JobConfig
+from dynlm.job import JobConfig
 from pipelines.retrain import InjectedFailure, RetrainConfig, retrain
 
 pytestmark = pytest.mark.slow

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dynlm.config import field_paths
 from pipelines.search_space import (
     SearchSpaceError,
     apply_params,
     data_configs,
-    field_paths,
+
     from_mapping,
     from_resolved,
     load_search_space,
@@ -121,9 +122,9 @@ def test_apply_params_and_resolved_round_trip():
 
 
 def test_field_paths_are_dotted_leaves():
-    from pipelines.config import JobConfig
+    from dynlm.job import JobConfig
 
-    paths = field_paths(JobConfig)
+    paths = field_paths(JobConfig.from_dict({"data": {"inputs": ["corpus"]}}))
     assert {"data.gamma", "data.bpe_merges", "model.dntm.merge_fn", "train.lr", "run.num_workers"} <= set(paths)
     assert "model.dntm" not in paths  # sections are not leaves
 

@@ -11,7 +11,7 @@ import pytest
 from dynlm.config import ConfigError
 from pipelines.cli import build_parser
 from pipelines.commands.train import job_from_args
-from pipelines.config import JobConfig, RunSettings
+from dynlm.job import JobConfig, RunSettings
 from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
 from dynlm.data.batching import per_worker_batch_size
 from pipelines.train import RAY_SNAPSHOT_FILE, resolve_run
@@ -122,7 +122,7 @@ def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
 
 
 def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
-    from pipelines.config import STORAGE_ENV, with_storage_env
+    from dynlm.job import STORAGE_ENV, with_storage_env
     from pipelines.retrain import RetrainConfig, challenger_job
     from pipelines.search_space import load_search_space
     from pipelines.tune import _default_storage_uri

@@ -1,4 +1,4 @@
-"""The job config of ``dynlm train``: data + model + training + run settings, all strict.
+"""The job config of ``dynlm train``: task + data + model + training + run settings, all strict.
 
 A job is one YAML file (or the embedded default, :mod:`pipelines.defaults`) plus
 ``section.key=value`` overrides::
@@ -7,7 +7,10 @@ A job is one YAML file (or the embedded default, :mod:`pipelines.defaults`) plus
     JobConfig.from_dict({"modle": {}})      # ConfigError: unknown key 'modle'
 
 Missing sections take their defaults, except ``data`` whose ``inputs`` must be given
-(:func:`pipelines.defaults.default_job` fills them with the synthetic corpus).
+(:func:`pipelines.defaults.default_job` fills them with the synthetic corpus). ``task`` names the
+task (:func:`dynlm.tasks.get_task`: ``lm``, or ``package.module:Class`` for a task outside the
+registry); its ``data_config`` and ``model_config`` classes parse the ``data`` and ``model``
+sections, so a key of another task's section is an unknown key.
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ from typing import Any
 
 from dynlm import storage
 from dynlm.config import Config, ConfigError
-from dynlm.data.config import DataConfig
-from dynlm.models.config import ModelConfig
+from dynlm.tasks import DEFAULT_TASK, get_task
 from dynlm.training import TrainConfig
 
 STORAGE_ENV = "DYNLM_STORAGE_PATH"  # run.storage_path of every verb, e.g. s3://bucket/dynlm on a cluster
@@ -112,10 +114,15 @@ class RunSettings(Config):
 
 @dataclass
 class JobConfig(Config):
-    """One training job: what to read, what to build, how to train, where to run."""
+    """One training job: which task, what to read, what to build, how to train, where to run.
 
-    data: DataConfig
-    model: ModelConfig = field(default_factory=ModelConfig)
+    ``data`` and ``model`` are instances of the task's ``data_config`` / ``model_config``
+    (:class:`dynlm.data.config.DataConfig` / :class:`dynlm.models.config.ModelConfig` for ``lm``).
+    """
+
+    data: Any
+    task: str = DEFAULT_TASK
+    model: Any = None
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunSettings = field(default_factory=RunSettings)
 
@@ -124,11 +131,28 @@ class JobConfig(Config):
         data = dict(data or {})
         if "data" not in data:
             raise ConfigError("JobConfig: missing section 'data' (it needs at least data.inputs)")
+        if "task" in data and not isinstance(data["task"], str):
+            raise ConfigError(f"task: expected a task name, got {data['task']!r}")
+        name = data["task"] if "task" in data else DEFAULT_TASK
+        try:
+            task = get_task(name)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(f"task: {exc}") from exc
+        for section, config_cls in (("data", task.data_config), ("model", task.model_config)):
+            value = data[section] if section in data else {}
+            if not isinstance(value, (dict, config_cls)):
+                raise ConfigError(f"{section}: expected a mapping for {config_cls.__name__}")
+            data[section] = value if isinstance(value, config_cls) else config_cls.from_dict(
+                value, _prefix=f"{_prefix}{section}.")
         return super().from_dict(data, _prefix=_prefix)
+
+    def get_task(self):
+        """The :class:`dynlm.tasks.Task` this job trains."""
+        return get_task(self.task)
 
     def training_hash(self) -> str:
         """Hash of everything that changes the trained weights (not where or how it runs)."""
         from dynlm.config import config_hash
 
-        return config_hash({"data": self.data.data_hash(), "model": self.model.to_dict(),
+        return config_hash({"task": self.task, "data": self.data.data_hash(), "model": self.model.to_dict(),
                             "train": self.train.to_dict()})
