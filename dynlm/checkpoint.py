@@ -1,4 +1,7 @@
-"""Checkpoints: ``{"state_dict", "model_config", "vocab_spec", "extra"}``, never pickled modules.
+"""Checkpoints: ``{"task", "state_dict", "model_config", "vocab_spec", "extra"}``, never pickled modules.
+
+``task`` names the :class:`dynlm.tasks.Task` whose ``model_config`` / ``spec_class`` /
+``build_model`` rebuild the model (``lm`` for the LM models; ``vocab_spec`` is the task's spec).
 
 Loaded with ``torch.load(weights_only=True)``, so ``extra`` may hold only tensors and plain
 Python values (dict, list, str, int, float, bool, None).
@@ -6,14 +9,15 @@ Python values (dict, list, str, int, float, bool, None).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from dynlm.models import build_model
-from dynlm.models.config import ModelConfig
-from dynlm.vocab_spec import VocabSpec
+from typing import Any
+
+from dynlm.tasks import DEFAULT_TASK, get_task
 
 
 _PLAIN = (str, int, float, bool, type(None), torch.Tensor)
@@ -33,15 +37,17 @@ def _check_plain(value, key: str) -> None:
         raise TypeError(f"checkpoint extra{key}: {type(value).__name__} is not a plain value or tensor")
 
 
-def save(path: str | Path, model: nn.Module, model_cfg: ModelConfig, spec: VocabSpec, extra: dict | None = None) -> Path:
+def save(path: str | Path, model: nn.Module, model_cfg, spec, extra: dict | None = None, *,
+         task: str = DEFAULT_TASK) -> Path:
     """Write a checkpoint (a DDP wrapper is unwrapped; parent folders are created).
 
     Args:
         path: the file to write.
         model: the model (or a DDP wrapper).
-        model_cfg: its config.
-        spec: its vocabulary spec.
+        model_cfg: its config (the task's ``model_config``).
+        spec: its preprocessor's spec (the task's ``spec_class``; the LM: a VocabSpec).
         extra: plain values to keep alongside (epoch, metrics, train config dict ...).
+        task: the task name (:func:`dynlm.tasks.get_task`) that rebuilds the model.
 
     Returns:
         The path written.
@@ -51,6 +57,7 @@ def save(path: str | Path, model: nn.Module, model_cfg: ModelConfig, spec: Vocab
     path.parent.mkdir(parents=True, exist_ok=True)
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     payload = {
+        "task": task,
         "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         "model_config": model_cfg.to_dict(),
         "vocab_spec": spec.to_dict(),
@@ -62,20 +69,34 @@ def save(path: str | Path, model: nn.Module, model_cfg: ModelConfig, spec: Vocab
     return path
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, ModelConfig, VocabSpec, dict]:
-    """Rebuild the model from a checkpoint written by :func:`save`.
+@dataclass
+class Loaded:
+    """A checkpoint rebuilt through its task: the model (eval mode), its config, spec and extra."""
 
-    Returns:
-        ``(model, model_cfg, spec, extra)``; the model is in eval mode on ``map_location``.
-    """
+    task: Any
+    model: nn.Module
+    model_cfg: Any
+    spec: Any
+    extra: dict
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Loaded:
+    """Rebuild the model of a checkpoint written by :func:`save`, through its task."""
     payload = torch.load(Path(path), map_location=map_location, weights_only=True)
-    missing = {"state_dict", "model_config", "vocab_spec", "extra"} - set(payload)
+    missing = {"task", "state_dict", "model_config", "vocab_spec", "extra"} - set(payload)
     if missing:
         raise ValueError(f"{path}: not a dynlm checkpoint (missing {sorted(missing)})")
-    model_cfg = ModelConfig.from_dict(payload["model_config"])
-    spec = VocabSpec.from_dict(payload["vocab_spec"])
-    model = build_model(model_cfg, spec)
+    task = get_task(payload["task"])
+    model_cfg = task.model_config.from_dict(payload["model_config"])
+    spec = task.spec_class.from_dict(payload["vocab_spec"])
+    model = task.build_model(model_cfg, spec)
     model.load_state_dict(payload["state_dict"])
     model.to(map_location)
     model.eval()
-    return model, model_cfg, spec, payload["extra"]
+    return Loaded(task, model, model_cfg, spec, payload["extra"])
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, Any, Any, dict]:
+    """``(model, model_cfg, spec, extra)`` of :func:`load_checkpoint`; the model is in eval mode."""
+    loaded = load_checkpoint(path, map_location)
+    return loaded.model, loaded.model_cfg, loaded.spec, loaded.extra

@@ -101,25 +101,19 @@ def parameter_checksum(model: torch.nn.Module) -> float:
         return float(sum(p.detach().double().sum().item() for p in model.parameters()))
 
 
-def reduce_evaluation(local: dict, device: torch.device) -> dict:
-    """Sum NLL and token counts of every metric category over the ranks; recompute perplexities.
+def reduce_evaluation(local: dict, device: torch.device, metrics_cls: type = MetricAccumulator) -> dict:
+    """Sum a task's evaluation over the ranks and recompute its metrics (equal on every rank).
 
     Args:
-        local: :func:`dynlm.training.evaluate` of this rank's part of the validation set
-            (its ``nll_sum_<category>`` / ``count_<category>`` values).
+        local: the task's ``evaluate`` of this rank's part of the validation set.
         device: where the collective runs (the rank's device: NCCL needs CUDA tensors).
-
-    Returns:
-        :meth:`MetricAccumulator.compute` of all ranks together, equal on every rank.
+        metrics_cls: the task's accumulator (``from_metrics``, ``as_tensor``, ``from_tensor``,
+            ``compute``); the LM's :class:`MetricAccumulator` by default.
     """
-    accumulator = MetricAccumulator()
-    for name in accumulator.nll_sum:
-        accumulator.nll_sum[name] = float(local[f"nll_sum_{name}"])
-        accumulator.count[name] = int(local[f"count_{name}"])
-    values = accumulator.as_tensor(device)
+    values = metrics_cls.from_metrics(local).as_tensor(device)
     if _distributed():
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
-    return MetricAccumulator.from_tensor(values).compute()
+    return metrics_cls.from_tensor(values).compute()
 
 
 # ---------------------------------------------------------------------------------------------

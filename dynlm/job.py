@@ -150,6 +150,12 @@ class JobConfig(Config):
         """The :class:`dynlm.tasks.Task` this job trains."""
         return get_task(self.task)
 
+    @property
+    def model_type(self) -> str:
+        """The model family's short name (``rnn``, ``dntm``, ... for the LM task): the registered
+        model is ``dynlm-<model_type>``."""
+        return self.get_task().model_name(self.model)
+
     def training_hash(self) -> str:
         """Hash of everything that changes the trained weights (not where or how it runs)."""
         from dynlm.config import config_hash

@@ -1,7 +1,9 @@
-"""Ray-free training: ``TrainConfig``, ``train_step`` (truncated BPTT over sentences),
-``evaluate`` (the paper metrics) and ``fit``, THE training loop: the same code runs in one
-process (``dynlm train --local``, benchmarks, tests) and on every DDP rank of a Ray Train run
-(``pipelines/train.py`` only restores, calls it with per-rank hooks, and reports).
+"""Ray-free training: ``TrainConfig``, the LM task's ``train_step`` (truncated BPTT over
+sentences) and ``evaluate`` (the paper metrics), and ``fit``, THE training loop of every task:
+the same code runs in one process (``dynlm train --local``, benchmarks, tests) and on every DDP
+rank of a Ray Train run (``pipelines/train.py`` only restores, calls it with per-rank hooks, and
+reports). ``fit`` is task-blind: it calls the task's ``train_step``, ``evaluate``, ``metrics``
+and lockstep members (:class:`dynlm.tasks.Task`).
 
 Works unchanged on a ``DistributedDataParallel``-wrapped model: the state methods are called
 on ``model.module`` and the forward goes through the wrapper, once per truncated-BPTT chunk
@@ -32,7 +34,7 @@ from torch import nn
 
 from dynlm.config import Config, ConfigError
 from dynlm.data.batching import DocumentBatch
-from dynlm.distributed import (all_gather_floats, all_reduce_values, dummy_batch, pad_to_steps, parameter_checksum,
+from dynlm.distributed import (all_gather_floats, all_reduce_values, parameter_checksum,
                                reduce_evaluation)
 from dynlm.losses import chunk_loss, token_nll
 from dynlm.metrics import MetricAccumulator, perplexity
@@ -102,7 +104,7 @@ def train_step(
         scheduler: optional object with ``step()`` called after every optimizer step.
 
     Returns:
-        ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``steps``
+        ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``documents``, ``steps``
         (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``; plus, for a
         model whose outputs carry ``extras["gate_stats"]`` (the dynamical LM), those statistics
         averaged over the batch's chunks (``gate_input_mean`` ...).
@@ -137,6 +139,7 @@ def train_step(
         "ppl": perplexity(nll, tokens),
         "tokens": tokens,
         "num_padded": batch.num_padded,
+        "documents": batch.batch_size,
         "steps": steps,
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),
@@ -180,8 +183,14 @@ def evaluate(model: nn.Module, batches: Iterable[DocumentBatch]) -> dict:
     return accumulator.compute()
 
 
-def _count_steps(batches: Iterable[DocumentBatch], bptt_sentences: int) -> int:
-    return sum(math.ceil(len(b.sentences) / bptt_sentences) for b in batches)
+def _count_steps(task, batches: Iterable[Any], cfg: TrainConfig) -> int:
+    return sum(task.steps_per_batch(batch, cfg) for batch in batches)
+
+
+def _default_task():
+    from dynlm.tasks.lm import LMTask  # lazy: dynlm.tasks.lm imports this module
+
+    return LMTask()
 
 
 def seed_everything(seed: int, epoch: int, rank: int) -> None:
@@ -189,19 +198,21 @@ def seed_everything(seed: int, epoch: int, rank: int) -> None:
     torch.manual_seed(seed * 1_000_003 + epoch * 1009 + rank)
 
 
-def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, batches: Iterable[DocumentBatch],
-                    device: torch.device, *, spec=None, autocast_dtype=None, after_step=None) -> dict:
-    """One epoch of :func:`train_step` calls, in lockstep across DDP ranks.
+def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, batches: Iterable[Any],
+                    device: torch.device, *, task=None, spec=None, autocast_dtype=None, after_step=None) -> dict:
+    """One epoch of ``task.train_step`` calls, in lockstep across DDP ranks.
 
-    Before each step the ranks agree (one all-reduce) on the longest batch: a shorter batch is
-    padded with inactive sentence steps and a rank without data runs an inactive dummy batch
-    (zero loss, zero gradient), so every rank runs the same forward/backward/optimizer calls
-    and the replicas stay bit-identical. Without a process group this is a plain loop.
+    Before each step the ranks agree (one all-reduce) on the longest batch
+    (``task.lockstep_size``): a shorter batch is padded (``task.pad_batch``; the LM: inactive
+    sentence steps) and a rank without data runs an inactive batch (zero loss, zero gradient), so
+    every rank runs the same forward/backward/optimizer calls and the replicas stay bit-identical.
+    Without a process group this is a plain loop.
 
     Args:
         model: the DDP-wrapped model (or the bare model in one process).
-        batches: this rank's document batches.
-        spec: the VocabSpec (builds the dummy batch of a rank that ran out of data).
+        batches: this rank's batches.
+        task: the :class:`dynlm.tasks.Task` (default: the LM task).
+        spec: the preprocessor's spec (builds the inactive batch of a rank that ran out of data).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
         after_step: called after each step with this rank's running sums (fault injection and
             a progress bar hook in here).
@@ -212,30 +223,28 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         ``gate_means``: the dynamical LM's per-step gate statistics (``gate_input_mean`` ...)
         averaged over this rank's batches (empty for other models).
     """
+    task = task or _default_task()
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
     gate_steps: list[dict] = []
     iterator = iter(batches)
     while True:
         batch = next(iterator, None)
-        any_batch, max_steps = all_reduce_values(
-            [float(batch is not None), float(len(batch.sentences) if batch else 0)], device, op="max")
+        any_batch, max_size = all_reduce_values(
+            [float(batch is not None), float(task.lockstep_size(batch) if batch is not None else 0)], device, op="max")
         if not any_batch:
             totals["gate_means"] = {key: sum(g[key] for g in gate_steps) / len(gate_steps)
                                     for key in (gate_steps[0] if gate_steps else {})}
             return totals
-        if batch is None:
-            step_batch = dummy_batch(spec, int(max_steps))
-            totals["idle_batches"] += 1
-        else:
-            step_batch = pad_to_steps(batch, int(max_steps))
+        totals["idle_batches"] += batch is None
+        step_batch = task.pad_batch(batch, int(max_size), spec)
         with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-            out = train_step(model, step_batch, optimizer, cfg, scheduler=schedule)
+            out = task.train_step(model, step_batch, optimizer, cfg, scheduler=schedule)
         totals["steps"] += out["steps"]
         if batch is not None:
             totals["nll_sum"] += out["nll_sum"]
             totals["tokens"] += out["tokens"]
-            totals["num_padded"] += batch.num_padded
-            totals["documents"] += batch.batch_size
+            totals["num_padded"] += out["num_padded"]
+            totals["documents"] += out["documents"]
             gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
         if after_step is not None:
             after_step(totals)
@@ -287,25 +296,27 @@ def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, va
     }
 
 
-def _validate_epoch(core: nn.Module, valid_batches: Iterable[DocumentBatch], device: torch.device,
+def _validate_epoch(task, core: nn.Module, valid_batches: Iterable[Any], device: torch.device,
                     schedule: LRSchedule, state: FitState, epoch: int, patience: int) -> dict:
-    """Evaluate (all ranks together), step the plateau schedule, update best/early stopping."""
-    valid = reduce_evaluation(evaluate(core, valid_batches), device)
+    """Evaluate (all ranks together), step the plateau schedule, update best/early stopping on
+    ``task.primary_metric`` (lower is better)."""
+    valid = reduce_evaluation(task.evaluate(core, valid_batches), device, task.metrics)
     if valid["tokens"] == 0:
         raise ValueError("the validation split holds no tokens; prepare with valid_fraction > 0")
-    schedule.step_validation(valid["ppl"])
-    if valid["ppl"] < state.best_valid_ppl:
-        state.best_valid_ppl, state.best_epoch, state.bad_epochs = valid["ppl"], epoch, 0
+    objective = valid[task.primary_metric]
+    schedule.step_validation(objective)
+    if objective < state.best_valid_ppl:
+        state.best_valid_ppl, state.best_epoch, state.bad_epochs = objective, epoch, 0
     else:
         state.bad_epochs += 1
     state.stopped = bool(patience and state.bad_epochs >= patience)
     return valid
 
 
-def _schedule_for(optimizer, cfg: TrainConfig, total_steps: int | None, train_batches_fn) -> LRSchedule:
+def _schedule_for(task, optimizer, cfg: TrainConfig, total_steps: int | None, train_batches_fn) -> LRSchedule:
     """``cfg``'s schedule; a cosine one over ``total_steps`` (counted from one epoch if None)."""
     if total_steps is None:
-        total_steps = cfg.epochs * _count_steps(train_batches_fn(1), cfg.bptt_sentences) \
+        total_steps = cfg.epochs * _count_steps(task, train_batches_fn(1), cfg) \
             if cfg.lr_schedule == "cosine" else 1
     return LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
 
@@ -322,6 +333,7 @@ def fit(
     schedule: LRSchedule | None = None,
     state: FitState | None = None,
     hooks: "FitHooks | None" = None,
+    task=None,
 ) -> dict:
     """THE training loop, for one process and for every DDP rank of a Ray Train run.
 
@@ -341,6 +353,8 @@ def fit(
         optimizer / schedule: built from ``cfg`` when None (a resumed run passes restored ones).
         state: where the run stands (a resumed run's); updated in place every epoch.
         hooks: per-rank settings (:class:`FitHooks`); default: one process, rank 0.
+        task: the :class:`dynlm.tasks.Task` whose ``train_step``, ``evaluate`` and ``metrics``
+            run (default: the LM task). ``best_valid_ppl`` is the best ``task.primary_metric``.
 
     Returns:
         ``best_valid_ppl``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history`` and
@@ -348,13 +362,14 @@ def fit(
         weights of the best epoch.
     """
     hooks = hooks or FitHooks()
+    task = task or _default_task()
     core = unwrap_model(model)
     device = model_device(core)
     if state is None:
         set_seed(cfg.seed)
         state = FitState()
     optimizer = build_optimizer(core, cfg) if optimizer is None else optimizer
-    schedule = _schedule_for(optimizer, cfg, total_steps, train_batches_fn) if schedule is None else schedule
+    schedule = _schedule_for(task, optimizer, cfg, total_steps, train_batches_fn) if schedule is None else schedule
     checksums = all_gather_floats(parameter_checksum(core), device)
     best_weights = None
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
@@ -364,7 +379,7 @@ def fit(
         if hooks.on_epoch_start is not None:
             hooks.on_epoch_start(epoch)
         started = time.perf_counter()
-        local = train_one_epoch(model, optimizer, schedule, cfg, train_batches_fn(epoch), device, spec=hooks.spec,
+        local = train_one_epoch(model, optimizer, schedule, cfg, train_batches_fn(epoch), device, task=task, spec=hooks.spec,
                                 autocast_dtype=hooks.autocast_dtype,
                                 after_step=(lambda totals, e=epoch: hooks.after_step(e, totals))
                                 if hooks.after_step else None)
@@ -373,7 +388,8 @@ def fit(
         seconds = time.perf_counter() - started
         totals = all_reduce_values([local[k] for k in ("nll_sum", "tokens", "num_padded", "documents",
                                                        "idle_batches")], device, op="sum")
-        valid = _validate_epoch(core, valid_batches_fn(), device, schedule, state, epoch, cfg.early_stopping_patience)
+        valid = _validate_epoch(task, core, valid_batches_fn(), device, schedule, state, epoch,
+                                cfg.early_stopping_patience)
         if hooks.restore_best and state.best_epoch == epoch:
             best_weights = copy.deepcopy(core.state_dict())
         checksums = all_gather_floats(parameter_checksum(core), device)

@@ -6,7 +6,7 @@
     2. idempotency   key = hash(content of the new input files, retrain config, V); a FINISHED
                      retrain run with that key (or one that promoted today's champion from these
                      inputs) means there is nothing to do: no training, decision ``already_done``
-    3. prepare       the new documents (folders of CoNLL/text files, or a Parquet dataset of
+    3. prepare       the new documents (pipelines.prepare.prepare: folders of CoNLL/text files, or Parquet files of
                      DOCUMENT_SCHEMA rows) with Ray Data, encoded with the champion's
                      preprocessor.json (or a refit one: ``rebuild_vocabulary: true``); the folder is
                      addressed by the input CONTENT hash, so changed files are never served stale
@@ -29,7 +29,6 @@ challenger's training run is its child.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -40,14 +39,10 @@ import yaml
 
 from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
-from dynlm.data.anonymize import anonymize
-from dynlm.data.config import DataConfig
+from dynlm.data.fingerprint import input_files, input_listing
 from dynlm.data.prepared import PreparedData, is_prepared
-from dynlm.data.preprocessor import Preprocessor
-from dynlm.data.readers import parse_file
-from dynlm.data.schema import Quarantined
 from dynlm.job import JobConfig, with_storage_env
-from pipelines.retrain_data import file_listing, prepare_with_preprocessor
+from dynlm.tasks.local import files_table, prepare_in_memory
 
 EXIT_CONFLICT = 3
 DECISIONS = ("promoted", "rejected", "conflict", "already_done", "failed")
@@ -163,14 +158,12 @@ class RetrainResult:
 
 
 def _sha256_files(paths: list[str]) -> str:
-    digest = hashlib.sha256()
-    for name, blob_hash in file_listing(paths):
-        digest.update(f"{name}\0{blob_hash}\n".encode())
-    return digest.hexdigest()[:16]
+    """Content hash of the files of ``paths`` (:func:`dynlm.data.fingerprint.input_listing`)."""
+    return config_hash({"files": input_listing(paths)})
 
 
-def validation_hash(validation: str, data_cfg: DataConfig) -> str:
-    """Identity of the fixed validation set (content, plus anonymization for raw documents).
+def validation_hash(validation: str, data_cfg) -> str:
+    """Identity of the fixed validation set (content, plus the data settings for raw documents).
 
     For a prepared folder it is ``tracking.valid_data_hash`` of its valid split, the value every
     training run records as ``valid_data_hash``."""
@@ -178,50 +171,45 @@ def validation_hash(validation: str, data_cfg: DataConfig) -> str:
 
     if is_prepared(validation):  # a local folder or a URI: what training runs record, too
         return tracking.valid_data_hash(PreparedData.open(validation))
-    settings = {k: getattr(data_cfg, k) for k in ("format", "max_chains", "min_chain_mentions",
-                                                  "too_many_chains", "lines_per_document")}
+    settings = {k: v for k, v in data_cfg.to_dict().items() if k not in ("inputs", "splits", "output_root",
+                                                                        "num_encode_actors")}
     return config_hash({"files": _sha256_files([validation]), "settings": settings})
 
 
-def validation_rows(validation: str, preprocessor: Preprocessor, data_cfg: DataConfig) -> list[dict]:
-    """The fixed validation documents encoded for a model with ``preprocessor``.
+def validation_rows(validation: str, task, preprocessor, data_cfg) -> list[dict]:
+    """The fixed validation documents encoded for a model with ``preprocessor``: a prepared
+    folder's valid split, or every document of raw files (the task's prepare stages, in this
+    process, whatever split each document would fall in).
 
     Raises:
-        ValueError: a prepared folder encoded with another preprocessor, or no document.
+        ValueError: a prepared folder encoded with another preprocessor, an unreadable raw
+        document, or no document.
     """
     if is_prepared(validation):  # a local folder or a URI
         prepared = PreparedData.open(validation)
-        if prepared.preprocessor.to_dict() != preprocessor.to_dict():
+        if prepared.preprocessor.to_json() != preprocessor.to_json():
             raise ValueError(f"validation folder {validation} was encoded with another preprocessor than "
                              "the model's; give raw validation documents (files/folders) instead")
         rows = list(prepared.iter_rows("valid"))
     else:
-        root = Path(validation)
-        rows = []
-        for path in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
-            for item in parse_file(path.read_bytes(), str(path), data_cfg.format,
-                                   lines_per_document=data_cfg.lines_per_document):
-                if isinstance(item, Quarantined):
-                    raise ValueError(f"validation document {item.source_file}:{item.line} "
-                                     f"{item.doc_id!r} is unreadable: {item.reason}")
-                doc, _ = anonymize(item, max_chains=data_cfg.max_chains,
-                                   min_chain_mentions=data_cfg.min_chain_mentions,
-                                   too_many_chains=data_cfg.too_many_chains)
-                if doc is not None:
-                    rows.append({"doc_id": doc["doc_id"], "source_file": doc["source_file"],
-                                 **preprocessor.encode_document(doc["sentences"])})
+        cfg = data_cfg.replace(inputs=[validation], splits={})
+        done = prepare_in_memory(task, files_table(input_files([validation])), cfg, preprocessor=preprocessor,
+                                 require_train=False)
+        bad = [r for r in done.rejected() if r["kind"] == "quarantine"]
+        if bad:
+            raise ValueError(f"validation document {bad[0]['source_file']}:{bad[0]['line']} "
+                             f"{bad[0]['doc_id']!r} is unreadable: {bad[0]['reason']}")
+        rows = done.rows()
     if not rows:
         raise ValueError(f"validation {validation}: no document to evaluate on")
     return rows
 
 
-def validation_ppl(model, spec, rows: list[dict], batch_size: int) -> float:
-    """Perplexity of ``model`` on encoded rows (deterministic batch order)."""
-    from dynlm.data.batching import batch_documents
-    from dynlm.training import evaluate
-
+def validation_ppl(task, model, spec, rows: list[dict], batch_size: int) -> float:
+    """The task's primary metric of ``model`` on encoded rows (deterministic batch order)."""
     model.eval()
-    return float(evaluate(model, batch_documents(rows, spec, batch_size, sort_by_length=True, seed=0))["ppl"])
+    batches = task.batches(rows, spec, batch_size, sort_by_length=True, seed=0)
+    return float(task.evaluate(model, batches)[task.primary_metric])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +255,8 @@ def _write_init_checkpoint(job: JobConfig, model, model_cfg, spec) -> str:
 
     target = storage.join(job.run.storage_uri(), f"{job.run.name}-init", "model.pt")
     with tempfile.TemporaryDirectory() as tmp:
-        local = dynlm_checkpoint.save(Path(tmp) / "model.pt", model, model_cfg, spec, extra={"source": "champion"})
+        local = dynlm_checkpoint.save(Path(tmp) / "model.pt", model, model_cfg, spec, extra={"source": "champion"},
+                                      task=job.task)
         storage.copy(local, target)
     return target
 
@@ -328,14 +317,16 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     """Steps 3-7 of the module docstring inside the retrain run ``run_id``; closes it FINISHED."""
     from dynlm import checkpoint as dynlm_checkpoint
     from pipelines import tracking
+    from pipelines.prepare import prepare
     from pipelines.train import run_training
 
     name, before = tracking.registered_name(cfg.model_type), str(champion.version)
     champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
         f"models:/{name}/{before}", tracking_uri=uri)
     job = challenger_job(cfg, _champion_job(champion, uri), run_name, uri)
-    prepared = prepare_with_preprocessor(job.data, None if cfg.rebuild_vocabulary else champion_pre,
-                                         inputs_hash=inputs_hash)
+    task = job.get_task()
+    prepared = prepare(job.data, task=task, preprocessor=None if cfg.rebuild_vocabulary else champion_pre,
+                       progress=False)
     if cfg.init_from == "champion":
         job = job.replace(run=job.run.replace(
             init_checkpoint=_write_init_checkpoint(job, champion_model, champion_cfg, champion_spec)))
@@ -347,11 +338,11 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
         tracking.find_checkpoint_file(trained.best_checkpoint_dir))
     val_hash = validation_hash(cfg.validation, job.data)
-    champion_ppl = validation_ppl(champion_model, champion_spec,
-                                  validation_rows(cfg.validation, champion_pre, job.data),
+    champion_ppl = validation_ppl(task, champion_model, champion_spec,
+                                  validation_rows(cfg.validation, task, champion_pre, job.data),
                                   cfg.validation_batch_size)
-    challenger_ppl = validation_ppl(challenger, challenger_spec,
-                                    validation_rows(cfg.validation, prepared.preprocessor, job.data),
+    challenger_ppl = validation_ppl(task, challenger, challenger_spec,
+                                    validation_rows(cfg.validation, task, prepared.preprocessor, job.data),
                                     cfg.validation_batch_size)
     tracking.set_tags(run_id, {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
                                "validation_hash": val_hash, "challenger_run_id": trained.run_id,

@@ -34,7 +34,6 @@ from (seed, epoch, rank) at every epoch, so a resumed run repeats the uninterrup
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -47,14 +46,12 @@ import torch
 from dynlm import checkpoint as dynlm_checkpoint
 from dynlm import storage
 from dynlm.config import Config
-from dynlm.data.batching import iter_document_batches, per_worker_batch_size
+from dynlm.data.batching import per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import EveryParameterUsed, all_gather_strings
-from dynlm.models import build_model
+from dynlm.job import JobConfig, RunSettings
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
-from dynlm.vocab_spec import VocabSpec
-from dynlm.job import JobConfig, RunSettings
 
 SORT_BUFFER_BATCHES = 16  # rows buffered for length sorting = this x per-worker batch size
 PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt after this
@@ -132,7 +129,7 @@ def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) ->
     raise InjectedFault(f"fault injection: rank {rank} fails in epoch {epoch} (run.fail_at_epoch)")
 
 
-def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec: VocabSpec, source: str) -> None:
+def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec, source: str) -> None:
     """Warm start: copy the weights of a dynlm checkpoint file (path or URI) into ``model``.
 
     Only the weights: optimizer, schedule and epoch count start fresh. The checkpoint's model
@@ -154,11 +151,11 @@ def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec: VocabSpec
 
 
 def _save_checkpoint(folder: Path, model, job: JobConfig, prepared: PreparedData, extra: dict) -> None:
-    dynlm_checkpoint.save(folder / CHECKPOINT_FILE, model, job.model, prepared.spec, extra=extra)
+    dynlm_checkpoint.save(folder / CHECKPOINT_FILE, model, job.model, prepared.spec, extra=extra, task=job.task)
     (folder / "preprocessor.json").write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
 
 
-def _restore(core, optimizer, schedule, job: JobConfig, spec: VocabSpec) -> FitState:
+def _restore(core, optimizer, schedule, job: JobConfig, spec) -> FitState:
     """This attempt's starting point: Ray Train's latest checkpoint (a restarted attempt or a
     resumed run), else a warm start from ``run.init_checkpoint`` (weights only), else epoch 0."""
     import ray.train
@@ -219,10 +216,10 @@ def train_fn_per_worker(config: dict) -> dict | None:
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
     prepared = PreparedData.open(settings.prepared_root)
-    spec = prepared.spec
+    spec, task = prepared.spec, job.get_task()
 
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    core = build_model(job.model, spec)
+    core = task.build_model(job.model, spec)
     # One worker: no DDP, so no anchor needed (prepare_model only moves the model then).
     model = ray.train.torch.prepare_model(EveryParameterUsed(core) if world > 1 else core)
     optimizer = build_optimizer(core, cfg)
@@ -236,12 +233,12 @@ def train_fn_per_worker(config: dict) -> dict | None:
     train_shard = ray.train.get_dataset_shard("train")
 
     def train_batches(epoch: int):
-        return iter_document_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
-                                     seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
+        return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
+                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
 
     def valid_batches():  # small: every rank streams it and evaluates its rows (no Ray Dataset)
         rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
-        return iter_document_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows)
+        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows)
 
     def on_epoch(epoch: int, record: dict) -> None:
         # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so
@@ -264,7 +261,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
                      autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
                      after_step=after_step)
     summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
-                  hooks=hooks, on_epoch=on_epoch)
+                  hooks=hooks, on_epoch=on_epoch, task=task)
     if rank == 0:
         return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None
@@ -275,28 +272,11 @@ def train_fn_per_worker(config: dict) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def estimate_total_steps(prepared: PreparedData, cfg, world_size: int) -> int:
-    """Optimizer steps of the whole run, for the cosine schedule (the same on every rank).
-
-    Reads only the ``sentence_lengths`` column: documents sorted by sentence count, cut into
-    global batches; each lockstep batch takes ceil(longest / bptt_sentences) steps.
-    """
-    import pyarrow.compute as pc
-
-    column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
-    counts: list[int] = pc.list_value_length(column).to_pylist()  # sentences per document
-    if not counts:
+def estimate_total_steps(prepared: PreparedData, job: JobConfig) -> int:
+    """Optimizer steps of the whole run, for the cosine schedule (the same on every rank)."""
+    if prepared.num_documents("train") == 0:
         raise ValueError(f"{prepared.root}: the train split holds no documents")
-    counts.sort()
-    per_rank = per_worker_batch_size(cfg.batch_size, world_size) * world_size
-    per_epoch = sum(math.ceil(counts[min(i + per_rank, len(counts)) - 1] / cfg.bptt_sentences)
-                    for i in range(0, len(counts), per_rank))
-    return max(1, per_epoch * cfg.epochs)
-
-
-def epoch_steps(prepared: PreparedData, job: JobConfig) -> int:
-    """Optimizer steps of one epoch (the length of the console's progress bar)."""
-    return estimate_total_steps(prepared, job.train, job.run.num_workers) // max(1, job.train.epochs)
+    return job.get_task().steps_per_epoch(prepared, job.train, job.run.num_workers) * job.train.epochs
 
 
 def _has_ray_run(run_dir: str) -> bool:
@@ -406,7 +386,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     init_ray()
     if not prepared.files("valid"):
         raise ValueError(f"{prepared.root}: the valid split holds no documents (early stopping needs it)")
-    name, resuming = resolve_run(job.run, job.model.type)
+    name, resuming = resolve_run(job.run, job.model_type)
     run_dir = f"{job.run.storage_uri()}/{name}"
     uri = tracking.tracking_uri(job.run.tracking_uri)
     info = _read_run_info(run_dir) if resuming else None
@@ -424,13 +404,13 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     settings = WorkerSettings(
         job=job.to_dict(), prepared_root=root, run_dir=run_dir,
         mlflow_run_id=run_id, tracking_uri=uri, num_train_documents=prepared.num_documents("train"),
-        total_steps=estimate_total_steps(prepared, job.train, job.run.num_workers)
-        if job.train.lr_schedule == "cosine" else 1)
+        total_steps=estimate_total_steps(prepared, job) if job.train.lr_schedule == "cosine" else 1)
     try:
         if tune_callback:  # a Tune trial: Tune reports progress
             result = build_trainer(job, prepared, name, settings, tune_callback=True).fit()
         else:
-            with TrainingConsole(job.train.epochs, epoch_steps(prepared, job)) as training_console:
+            steps_per_epoch = job.get_task().steps_per_epoch(prepared, job.train, job.run.num_workers)
+            with TrainingConsole(job.train.epochs, steps_per_epoch) as training_console:
                 settings = settings.replace(progress_relay=training_console.relay_name)
                 result = build_trainer(job, prepared, name, settings).fit()
         if result.error is not None:

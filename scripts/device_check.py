@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 
 from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
-from dynlm.data.local_prepare import prepare_local
+from dynlm.tasks.local import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.distributed import EveryParameterUsed
 from dynlm.models import build_model

@@ -1,4 +1,6 @@
-"""DataConfig: everything that decides what a prepared data folder contains."""
+"""Data configs: :class:`CorpusConfig` (what every task's ``data:`` section has: the inputs, their
+split, where prepared folders go, and the content key of a folder) and :class:`DataConfig`, the
+LM task's."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from dynlm.data.split import SPLITS, path_parts
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
 # 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings;
 #    inputs that name their split (wiki.train.tokens, development/) keep it instead of a hash split.
-DATA_FORMAT_VERSION = 2
+# 3: the key names the data config class (the task's); manifests name their task.
+DATA_FORMAT_VERSION = 3
 
 # Fields that change where/how fast the data is written, not what is written. ``inputs`` is
 # replaced by the listing of what the inputs contain.
@@ -22,70 +25,28 @@ _NOT_HASHED = ("inputs", "output_root", "num_encode_actors")
 
 
 @dataclass
-class DataConfig(Config):
-    """Settings of the preprocessing job (readers -> anonymization -> vocabulary/BPE -> Parquet).
+class CorpusConfig(Config):
+    """The fields every task's data config has (subclass it: ``class MyData(CorpusConfig)``).
 
     Args:
-        inputs: files or folders (``*.conll``, ``*_conll``, ``*.txt``, ``*.gz`` ...).
-        format: ``conll``, ``text`` or ``auto`` (CoNLL when the text has ``#begin document``).
-        output_root: prepared folders go to ``<output_root>/<data_hash>/``.
-        vocab_size: number of word types kept (most frequent in the train split), specials excluded.
-        gamma: fraction of the vocabulary words on the input short list (ceil).
-        bpe_merges: exact number of BPE merges (0 = characters only).
-        max_chains: entity identifiers ``<unk1>..<unk{max_chains}>``.
-        too_many_chains: ``drop`` documents with more chains, or ``truncate`` (later chains keep words).
-        min_chain_mentions: chains with at least this many mentions are anonymized.
+        inputs: files or folders (a folder is read recursively; hidden files are skipped).
         splits: optional ``{train: [...], valid: [...], test: [...]}``: input paths (files or
             folders, each inside ``inputs``) per split; every input file must be under one. Empty:
             the split comes from the file/folder names (``wiki.train.tokens``, ``development/``)
-            or, for unsplit inputs, from the hash below (rules in split.py).
-        valid_fraction / test_fraction: hash-based split of unsplit inputs' documents (split.py).
-        split_seed: seed of that hash.
-        lines_per_document: plain text only; >0 cuts documents every that many non-empty lines.
+            or, for unsplit inputs, from a hash of each document id (rules in split.py).
+        output_root: prepared folders go to ``<output_root>/<data_hash>/``.
         num_encode_actors: parallelism of the encode step (not part of the hash).
     """
 
     inputs: list[str]
     splits: dict[str, list[str]] = field(default_factory=dict)
-    format: Literal["auto", "conll", "text"] = "auto"
     output_root: str = "runs/prepared"
-    vocab_size: int = 10000
-    gamma: float = 0.9
-    bpe_merges: int = 1000
-    max_chains: int = 50
-    too_many_chains: Literal["drop", "truncate"] = "drop"
-    min_chain_mentions: int = 2
-    valid_fraction: float = 0.1
-    test_fraction: float = 0.1
-    split_seed: int = 0
-    lines_per_document: int = 0
     num_encode_actors: int = 2
 
     def validate(self) -> None:
         if not self.inputs:
             raise ConfigError("inputs: at least one input path is required")
         self._validate_splits()
-        if self.vocab_size < 1:
-            raise ConfigError(f"vocab_size: must be >= 1, got {self.vocab_size}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"gamma: must be in [0, 1], got {self.gamma}")
-        if self.bpe_merges < 0:
-            raise ConfigError(f"bpe_merges: must be >= 0, got {self.bpe_merges}")
-        if self.max_chains < 1:
-            raise ConfigError(f"max_chains: must be >= 1, got {self.max_chains}")
-        if self.min_chain_mentions < 1:
-            raise ConfigError(f"min_chain_mentions: must be >= 1, got {self.min_chain_mentions}")
-        for name in ("valid_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name}: must be in [0, 1), got {value}")
-        if self.valid_fraction + self.test_fraction >= 1.0:
-            raise ConfigError(
-                f"valid_fraction + test_fraction must be < 1 (no train data left), "
-                f"got {self.valid_fraction} + {self.test_fraction}"
-            )
-        if self.lines_per_document < 0:
-            raise ConfigError(f"lines_per_document: must be >= 0, got {self.lines_per_document}")
         if self.num_encode_actors < 1:
             raise ConfigError(f"num_encode_actors: must be >= 1, got {self.num_encode_actors}")
 
@@ -127,12 +88,10 @@ class DataConfig(Config):
         return self._hash(exclude=_NOT_HASHED, length=length)
 
     def encoding_hash(self, length: int = 16) -> str:
-        """Hash of what changes the encoded shards: ``data_hash`` without ``gamma``.
-
-        The short list only decides which words keep their own input embedding (applied in the
-        model's input layer), so folders that differ only in ``gamma`` share their shards.
-        """
-        return self._hash(exclude=(*_NOT_HASHED, "gamma"), length=length)
+        """Hash of what changes the encoded shards. Folders of one encoding hash share their
+        shards and differ only in the preprocessor (:meth:`dynlm.tasks.Task.derive_preprocessor`);
+        by default that is ``data_hash`` itself (nothing is shared)."""
+        return self.data_hash(length)
 
     def _hash(self, exclude: tuple[str, ...], length: int) -> str:
         data = {k: v for k, v in self.to_dict().items() if k not in exclude}
@@ -140,7 +99,75 @@ class DataConfig(Config):
         # the split paths by what they name, not how they are spelled (./x, x, /abs/x, a link)
         data["splits"] = {split: [storage.absolute(p) for p in paths] for split, paths in self.splits.items()}
         data["_data_format_version"] = DATA_FORMAT_VERSION
+        data["_config"] = type(self).__name__  # one task's folder never answers for another's
         return config_hash(data, length)
+
+
+CORPUS_FIELDS = ("inputs", "splits", "output_root", "num_encode_actors")  # where the data is, not what it becomes
+
+
+@dataclass
+class DataConfig(CorpusConfig):
+    """Settings of the preprocessing job (readers -> anonymization -> vocabulary/BPE -> Parquet).
+
+    The :class:`CorpusConfig` fields (``inputs``: ``*.conll``, ``*_conll``, ``*.txt``, ``*.gz``,
+    or Parquet files of DOCUMENT_SCHEMA rows; ``splits``, ``output_root``, ``num_encode_actors``)
+    come first. Args:
+        format: ``conll``, ``text`` or ``auto`` (CoNLL when the text has ``#begin document``).
+        vocab_size: number of word types kept (most frequent in the train split), specials excluded.
+        gamma: fraction of the vocabulary words on the input short list (ceil).
+        bpe_merges: exact number of BPE merges (0 = characters only).
+        max_chains: entity identifiers ``<unk1>..<unk{max_chains}>``.
+        too_many_chains: ``drop`` documents with more chains, or ``truncate`` (later chains keep words).
+        min_chain_mentions: chains with at least this many mentions are anonymized.
+        valid_fraction / test_fraction: hash-based split of unsplit inputs' documents (split.py).
+        split_seed: seed of that hash.
+        lines_per_document: plain text only; >0 cuts documents every that many non-empty lines.
+    """
+
+    format: Literal["auto", "conll", "text"] = "auto"
+    vocab_size: int = 10000
+    gamma: float = 0.9
+    bpe_merges: int = 1000
+    max_chains: int = 50
+    too_many_chains: Literal["drop", "truncate"] = "drop"
+    min_chain_mentions: int = 2
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.1
+    split_seed: int = 0
+    lines_per_document: int = 0
+
+    def encoding_hash(self, length: int = 16) -> str:
+        """Hash of what changes the encoded shards: ``data_hash`` without ``gamma``.
+
+        The short list only decides which words keep their own input embedding (applied in the
+        model's input layer), so folders that differ only in ``gamma`` share their shards.
+        """
+        return self._hash(exclude=(*_NOT_HASHED, "gamma"), length=length)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.vocab_size < 1:
+            raise ConfigError(f"vocab_size: must be >= 1, got {self.vocab_size}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"gamma: must be in [0, 1], got {self.gamma}")
+        if self.bpe_merges < 0:
+            raise ConfigError(f"bpe_merges: must be >= 0, got {self.bpe_merges}")
+        if self.max_chains < 1:
+            raise ConfigError(f"max_chains: must be >= 1, got {self.max_chains}")
+        if self.min_chain_mentions < 1:
+            raise ConfigError(f"min_chain_mentions: must be >= 1, got {self.min_chain_mentions}")
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {value}")
+        if self.valid_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(
+                f"valid_fraction + test_fraction must be < 1 (no train data left), "
+                f"got {self.valid_fraction} + {self.test_fraction}"
+            )
+        if self.lines_per_document < 0:
+            raise ConfigError(f"lines_per_document: must be >= 0, got {self.lines_per_document}")
 
 
 def _absolute_parts(path: str) -> list[str]:

@@ -24,7 +24,8 @@ PARSED_SCHEMA = pa.schema(
     [
         pa.field("kind", pa.string()),  # "document" | "dropped" | "quarantine"
         pa.field("doc_id", pa.string()),
-        pa.field("source_file", pa.string()),
+        pa.field("source_file", pa.string()),  # the document's own (a Parquet row keeps its original)
+        pa.field("input_file", pa.string()),  # the file it was read from (its split is read from this path)
         pa.field("split", pa.string()),  # "" unless kind == "document"
         pa.field("sentences", pa.list_(pa.list_(pa.string()))),  # anonymized; [] unless a document
         pa.field("num_sentences", pa.int64()),
@@ -47,7 +48,7 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
     rows: dict[str, list] = {f.name: [] for f in PARSED_SCHEMA}
 
     def add(kind, doc_id, source_file, split="", sentences=(), stats=None, line=0, reason=""):
-        values = dict(kind=kind, doc_id=doc_id, source_file=source_file, split=split,
+        values = dict(kind=kind, doc_id=doc_id, source_file=source_file, input_file=path, split=split,
                       sentences=list(sentences), num_sentences=len(sentences),
                       num_tokens=sum(len(s) for s in sentences), line=line, reason=reason)
         values.update({k: (stats or {}).get(k, 0) for k in DOC_STATS})

@@ -1,10 +1,10 @@
-"""Read a prepared data folder (written by pipelines/prepare.py) with pyarrow only.
+"""Read a prepared data folder (written by dynlm.data.prepared_writer) with pyarrow only.
 
 Layout (docs/ARCHITECTURE.md)::
 
-    <root>/manifest.json       {"config", "config_hash", "counts", "preprocessor", "splits", "quarantine"}
-    <root>/preprocessor.json   the Preprocessor artifact
-    <root>/<split>/*.parquet   ENCODED_SCHEMA rows
+    <root>/manifest.json       {"task", "config", "config_hash", "counts", "preprocessor", "splits", "quarantine", ...}
+    <root>/preprocessor.json   the task's preprocessor (the LM: dynlm.data.preprocessor.Preprocessor)
+    <root>/<split>/*.parquet   the task's encoded_schema rows
     <root>/quarantine/*.parquet QUARANTINE_SCHEMA rows
 
 ``root`` is a local folder or a URI of any filesystem pyarrow knows (``s3://bucket/prepared/<hash>``,
@@ -24,10 +24,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from typing import Any
+
 from dynlm import storage
-from dynlm.data.preprocessor import Preprocessor
-from dynlm.data.schema import ENCODED_SCHEMA
-from dynlm.vocab_spec import VocabSpec
 
 SPLITS = ("train", "valid", "test")
 MANIFEST = "manifest.json"
@@ -48,8 +47,11 @@ class PreparedData:
     ``filesystem`` + ``path`` address it for pyarrow (``path`` is inside ``filesystem``).
     """
 
-    def __init__(self, root: Path | str, manifest: dict, preprocessor: Preprocessor,
+    def __init__(self, root: Path | str, manifest: dict, preprocessor: Any,
                  filesystem: pafs.FileSystem | None = None, path: str | None = None):
+        from dynlm.tasks import get_task  # lazy: the tasks import the data modules
+
+        self.task = get_task(manifest["task"])
         self.root = root
         self.manifest = manifest
         self.preprocessor = preprocessor
@@ -71,10 +73,12 @@ class PreparedData:
         if not storage.is_file(f"{path}/{MANIFEST}", filesystem=filesystem):
             raise FileNotFoundError(f"{root}/{MANIFEST} not found: {root} is not a prepared data folder")
         manifest = json.loads(storage.read_bytes(f"{path}/{MANIFEST}", filesystem=filesystem))
-        missing = [k for k in ("preprocessor", "splits") if k not in manifest]
+        missing = [k for k in ("task", "preprocessor", "splits") if k not in manifest]
         if missing:
-            raise ValueError(f"{root}/{MANIFEST}: missing keys {missing}")
-        preprocessor = Preprocessor.from_json(
+            raise ValueError(f"{root}/{MANIFEST}: missing keys {missing} (prepared by an older dynlm? prepare again)")
+        from dynlm.tasks import get_task  # lazy: the tasks import the data modules
+
+        preprocessor = get_task(manifest["task"]).load_preprocessor(
             storage.read_text(f"{path}/{manifest['preprocessor']}", filesystem=filesystem))
         return cls(root, manifest, preprocessor, filesystem, path)
 
@@ -83,7 +87,8 @@ class PreparedData:
         return storage.read_bytes(f"{self.path}/{name}", filesystem=self.filesystem)
 
     @property
-    def spec(self) -> VocabSpec:
+    def spec(self):
+        """The preprocessor's spec (the LM: a :class:`dynlm.vocab_spec.VocabSpec`)."""
         return self.preprocessor.spec
 
     def _display(self, relative: str) -> Path | str:
@@ -130,7 +135,7 @@ class PreparedData:
     def read_columns(self, split: str, columns: list[str]) -> pa.Table:
         """Some columns of a whole split, in file order (e.g. ``["sentence_lengths"]``)."""
         tables = [parquet.read(columns=columns) for parquet in self._tables(self._folder(split))]
-        return pa.concat_tables(tables) if tables else ENCODED_SCHEMA.empty_table().select(columns)
+        return pa.concat_tables(tables) if tables else self.task.encoded_schema.empty_table().select(columns)
 
     def num_documents(self, split: str) -> int:
         """Number of documents of a split (from the Parquet metadata, no data read)."""

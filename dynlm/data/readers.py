@@ -1,6 +1,7 @@
 """Entry point of the readers: bytes of one input file -> documents or Quarantined records.
 
-Decoding is done per document (CoNLL) or per line (plain text), so one document with invalid
+Three formats: CoNLL-2012 text, plain text, and Parquet files of DOCUMENT_SCHEMA rows
+(``*.parquet``: documents already parsed elsewhere, e.g. a retrain's new documents). Decoding is done per document (CoNLL) or per line (plain text), so one document with invalid
 UTF-8 is quarantined while the other documents of the same file survive.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 from dynlm.data.conll import parse_conll
 from dynlm.data.plaintext import document_prefix, parse_lines
-from dynlm.data.schema import Quarantined
+from dynlm.data.schema import DOCUMENT_SCHEMA, Quarantined
 
 FORMATS = ("auto", "conll", "text")
 _BEGIN = b"#begin document"
@@ -70,6 +71,22 @@ def detect_format(data: bytes) -> str:
     return "conll" if data.startswith(_BEGIN) or (b"\n" + _BEGIN) in data else "text"
 
 
+def _parse_parquet_documents(data: bytes, source_file: str) -> Iterator[dict | Quarantined]:
+    """DOCUMENT_SCHEMA rows of a Parquet file (other columns are ignored); one Quarantined
+    record for the whole file when it is not such a file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=DOCUMENT_SCHEMA.names)
+        table = table.cast(DOCUMENT_SCHEMA)
+    except (pa.ArrowException, ValueError, KeyError) as exc:
+        yield Quarantined(source_file, document_prefix(source_file), 0,
+                          f"not a Parquet file of documents ({', '.join(DOCUMENT_SCHEMA.names)}): {exc}")
+        return
+    yield from table.to_pylist()
+
+
 def parse_file(
     data: bytes, source_file: str, format: str = "auto", *, lines_per_document: int = 0
 ) -> Iterator[dict | Quarantined]:
@@ -78,7 +95,8 @@ def parse_file(
     Args:
         data: the file's bytes, gzip-compressed or not (decided by the gzip magic bytes).
         source_file: the file's path or URI, recorded in every output.
-        format: ``conll``, ``text`` or ``auto`` (CoNLL if a line starts with '#begin document').
+        format: ``conll``, ``text`` or ``auto`` (CoNLL if a line starts with '#begin document');
+            a ``*.parquet`` file is read as DOCUMENT_SCHEMA rows whatever the format.
         lines_per_document: plain text only, see :mod:`dynlm.data.plaintext`.
 
     Returns:
@@ -86,6 +104,9 @@ def parse_file(
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if source_file.endswith(".parquet"):
+        yield from _parse_parquet_documents(data, source_file)
+        return
     # Gunzip by the magic bytes, not the name: a reader that already decompressed
     # a ``*.gz`` file (Ray Data does) hands over plain bytes under the same name.
     if data[:2] == b"\x1f\x8b":

@@ -23,9 +23,11 @@ from typing import Any, ClassVar, Iterable, Iterator
 import pyarrow as pa
 
 # Columns every task's parsed_schema has (the prepare job routes rows on them):
-# kind: "document" | "dropped" | "quarantine"; split: "train" | "valid" | "test" ("" unless a
-# document); line, reason: where and why a record was quarantined or dropped.
-PARSED_COLUMNS = ("kind", "doc_id", "source_file", "split", "line", "reason")
+# kind: "document" | "dropped" | "quarantine"; source_file: the document's own file name;
+# input_file: the input file the record was read from (the split rule is checked on it);
+# split: "train" | "valid" | "test" ("" unless a document); line, reason: where and why a
+# record was quarantined or dropped.
+PARSED_COLUMNS = ("kind", "doc_id", "source_file", "input_file", "split", "line", "reason")
 
 
 class Task(ABC):
@@ -34,6 +36,8 @@ class Task(ABC):
     Attributes:
         name: the key in :data:`dynlm.tasks.TASKS` (and of the ``task:`` config field to come).
         parsed_schema: rows of ``parse_files`` (has :data:`PARSED_COLUMNS`).
+        payload_columns: columns of ``parsed_schema`` that hold the text (left on the workers:
+            the driver collects the other, small columns of every record).
         encoded_schema: rows of the prepared Parquet shards (what ``collate`` reads).
         data_config: strict :class:`dynlm.config.Config` class of the ``data:`` section.
         model_config: strict config class of the ``model:`` section (``build_model``'s argument).
@@ -42,15 +46,19 @@ class Task(ABC):
             ``compute`` on its sums) and ``compute() -> dict``.
         primary_metric: key of ``evaluate``'s dict that early stopping and promotion compare
             (lower is better).
+        spec_class: the strict config class of ``preprocessor.spec`` (what a model is built
+            from besides its config; checkpoints store it).
     """
 
     name: ClassVar[str]
     parsed_schema: ClassVar[pa.Schema]
+    payload_columns: ClassVar[tuple[str, ...]]
     encoded_schema: ClassVar[pa.Schema]
     data_config: ClassVar[type]
     model_config: ClassVar[type]
     metrics: ClassVar[type]
     primary_metric: ClassVar[str] = "ppl"
+    spec_class: ClassVar[type]
 
     # ----------------------------------------------------------------------------- prepare
     @staticmethod
@@ -67,6 +75,11 @@ class Task(ABC):
     def fit_preprocessor(self, counts: dict[str, int], data_cfg) -> Any:
         """The preprocessor fitted on the summed train counts; it has ``to_json()`` and ``spec``."""
 
+    def evaluation_data_config(self, preprocessor: Any, inputs: list[str]) -> Any:
+        """The data config that reads raw files for a model fitted with ``preprocessor`` (``dynlm
+        evaluate`` on raw files); the caller may override its fields. Default: the defaults."""
+        return self.data_config(inputs=list(inputs))
+
     @abstractmethod
     def load_preprocessor(self, text: str) -> Any:
         """The preprocessor from its ``to_json()`` text (``preprocessor.json``)."""
@@ -79,6 +92,24 @@ class Task(ABC):
         A class so that Ray Data's actors load the preprocessor once (``ActorPoolStrategy``).
         """
 
+    def derive_preprocessor(self, preprocessor: Any, data_cfg) -> Any:
+        """The preprocessor of ``data_cfg`` from one fitted for a config of the same
+        ``encoding_hash`` (the LM: another ``gamma``). Only called when ``data_cfg.encoding_hash()``
+        differs from its ``data_hash()``; the default encoding hash never does."""
+        raise NotImplementedError(f"task {self.name!r} shares no shards between data configs")
+
+    def summarize(self, meta: pa.Table, splits: dict[str, pa.Table], preprocessor: Any) -> dict:
+        """The manifest ``counts``: ``meta`` is every parsed record without ``payload_columns``,
+        ``splits`` the encoded rows per split. Tasks add their own counts to these."""
+        kinds = meta["kind"].to_numpy(zero_copy_only=False)
+        return {"documents": {split: table.num_rows for split, table in splits.items()},
+                "dropped_docs": int((kinds == "dropped").sum()), "quarantined": int((kinds == "quarantine").sum()),
+                "input_files": len(set(meta["input_file"].to_pylist()))}
+
+    def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
+        """``(label, value)`` rows the prepare table shows below the documents per split."""
+        return [("quarantined records", f"{counts['quarantined']:,d}"), ("dropped documents", f"{counts['dropped_docs']:,d}")]
+
     # ---------------------------------------------------------------------------- training
     @abstractmethod
     def collate(self, rows: list[dict], spec) -> Any:
@@ -88,6 +119,51 @@ class Task(ABC):
     def batches(self, rows: Iterable[dict], spec, batch_size: int, *, sort_by_length: bool = True,
                 seed: int | None = 0) -> Iterator[Any]:
         """Batches of ``batch_size`` records (``seed`` shuffles, None keeps the order)."""
+
+    def steps_per_batch(self, batch, train_cfg) -> int:
+        """Optimizer steps ``train_step`` takes on ``batch`` (the cosine schedule's length)."""
+        return 1
+
+    def steps_per_epoch(self, prepared, train_cfg, world_size: int) -> int:
+        """Optimizer steps per rank of one epoch over ``prepared``'s train split, read from the
+        Parquet metadata only (default: one step per global batch)."""
+        from dynlm.data.batching import per_worker_batch_size
+
+        per_step = per_worker_batch_size(train_cfg.batch_size, world_size) * world_size
+        return max(1, -(-prepared.num_documents("train") // per_step))
+
+    def lockstep_size(self, batch) -> int:
+        """How long ``train_step`` runs on ``batch`` in the unit :meth:`pad_batch` pads in; the
+        ranks of a DDP run agree on the longest before every step (default: 1, one step)."""
+        return 1
+
+    def pad_batch(self, batch, size: int, spec) -> Any:
+        """``batch`` padded to ``size`` (inactive positions: zero loss, zero gradient) so that
+        every rank runs the same optimizer steps; ``batch`` None: an inactive batch of that size
+        for a rank that ran out of data. Default: the batch itself; a task whose ``train_step``
+        can run a different number of steps per batch overrides both lockstep members."""
+        if batch is None:
+            raise NotImplementedError(f"task {self.name!r} cannot build an inactive batch")
+        return batch
+
+    def stream_batches(self, rows: Iterable[dict], spec, batch_size: int, *, seed: int,
+                       buffer_rows: int) -> Iterator[Any]:
+        """Batches of a stream of rows (a Ray Data shard): ``buffer_rows`` rows at a time go
+        through :meth:`batches` (seed ``seed + k`` for the k-th buffer), so memory stays bounded."""
+        buffer: list[dict] = []
+        chunk = 0
+        for row in rows:
+            buffer.append(row)
+            if len(buffer) == buffer_rows:
+                yield from self.batches(buffer, spec, batch_size, seed=seed + chunk)
+                buffer, chunk = [], chunk + 1
+        if buffer:
+            yield from self.batches(buffer, spec, batch_size, seed=seed + chunk)
+
+    def model_name(self, model_cfg) -> str:
+        """The model family's short name: the registered model is ``dynlm-<model_name>``, run
+        names start with it (default: the task name)."""
+        return self.name
 
     @abstractmethod
     def build_model(self, model_cfg, spec) -> Any:
@@ -99,7 +175,8 @@ class Task(ABC):
 
     @abstractmethod
     def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None) -> dict:
-        """Train on one batch; returns at least ``loss``, ``nll_sum``, ``tokens``, ``num_padded``, ``steps``."""
+        """Train on one batch (optimizer and ``scheduler`` stepped per optimizer step); returns at
+        least ``loss``, ``nll_sum``, ``tokens``, ``num_padded``, ``documents`` and ``steps``."""
 
     @abstractmethod
     def evaluate(self, model, batches: Iterable[Any]) -> dict:

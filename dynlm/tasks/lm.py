@@ -8,7 +8,9 @@ parse_files         :func:`dynlm.data.parse_stage.parse_files` (read -> anonymiz
 count_train         :func:`dynlm.data.word_counts.count_train_words`
 fit_preprocessor    :meth:`dynlm.data.preprocessor.Preprocessor.fit` (vocabulary, short list, BPE)
 encoder             :class:`dynlm.data.batch_encoder.EncodeDocuments`
+summarize           :func:`dynlm.tasks.lm_summary.lm_counts` (chains, mentions, OOV, subwords)
 collate / batches   :func:`dynlm.data.batching.collate_documents` / ``batch_documents``
+lockstep            sentence steps: :func:`dynlm.distributed.pad_to_steps` / ``dummy_batch``
 build_model         :func:`dynlm.models.build_model`
 loss                :func:`dynlm.losses.chunk_loss`
 train_step/evaluate :func:`dynlm.training.train_step` / ``evaluate``
@@ -22,20 +24,25 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import math
+
 from dynlm.data import batching
 from dynlm.data.batch_encoder import EncodeDocuments
 from dynlm.data.config import DataConfig
 from dynlm.data.parse_stage import PARSED_SCHEMA, parse_files
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA
+from dynlm.distributed import dummy_batch, pad_to_steps
 from dynlm.data.word_counts import count_train_words
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
+from dynlm.tasks.lm_summary import LM_SUMMARY_ROWS, lm_counts
 from dynlm.tasks.lm_table import format_metrics_table
 from dynlm import training
+from dynlm.vocab_spec import VocabSpec
 
 ACCUMULATION_FIGURE = "accumulation.png"
 
@@ -45,11 +52,13 @@ class LMTask(Task):
 
     name: ClassVar[str] = "lm"
     parsed_schema = PARSED_SCHEMA
+    payload_columns = ("sentences",)
     encoded_schema = ENCODED_SCHEMA
     data_config = DataConfig
     model_config = ModelConfig
     metrics = MetricAccumulator
     primary_metric = "ppl"
+    spec_class = VocabSpec
     encoder = EncodeDocuments
 
     parse_files = staticmethod(parse_files)
@@ -58,14 +67,55 @@ class LMTask(Task):
     def fit_preprocessor(self, counts: dict[str, int], data_cfg: DataConfig) -> Preprocessor:
         return Preprocessor.fit(counts, data_cfg)
 
+    def evaluation_data_config(self, preprocessor: Preprocessor, inputs) -> DataConfig:
+        """The model's entity count; a document with more chains keeps its later ones as words."""
+        return DataConfig(inputs=list(inputs), max_chains=preprocessor.max_chains, too_many_chains="truncate")
+
     def load_preprocessor(self, text: str) -> Preprocessor:
         return Preprocessor.from_json(text)
+
+    def derive_preprocessor(self, preprocessor: Preprocessor, data_cfg: DataConfig) -> Preprocessor:
+        return preprocessor.with_gamma(data_cfg.gamma)  # same encoding, another short list
+
+    def summarize(self, meta, splits, preprocessor) -> dict:
+        return {**super().summarize(meta, splits, preprocessor), **lm_counts(meta, splits, preprocessor.spec)}
+
+    def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
+        rows = [(label, f"{counts[key]:,d}") for key, label in (*LM_SUMMARY_ROWS, ("quarantined", "quarantined records"))]
+        return rows + [("OOV rate (valid)", f"{counts['oov_rate_valid']:.4f}"),
+                       ("subwords per word", f"{counts['subwords_per_word']:.3f}")]
 
     def collate(self, rows, spec) -> batching.DocumentBatch:
         return batching.collate_documents(rows, spec)
 
     def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
         return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed)
+
+    def stream_batches(self, rows, spec, batch_size, *, seed, buffer_rows):
+        return batching.iter_document_batches(rows, spec, batch_size, seed=seed, buffer_rows=buffer_rows)
+
+    def steps_per_batch(self, batch, train_cfg) -> int:
+        return math.ceil(len(batch.sentences) / train_cfg.bptt_sentences)  # one step per BPTT chunk
+
+    def steps_per_epoch(self, prepared, train_cfg, world_size: int) -> int:
+        """From the ``sentence_lengths`` column only: documents sorted by sentence count, cut
+        into global batches; each lockstep batch takes ceil(longest / bptt_sentences) steps."""
+        import pyarrow.compute as pc
+
+        column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
+        counts: list[int] = sorted(pc.list_value_length(column).to_pylist())  # sentences per document
+        per_step = batching.per_worker_batch_size(train_cfg.batch_size, world_size) * world_size
+        return max(1, sum(math.ceil(counts[min(i + per_step, len(counts)) - 1] / train_cfg.bptt_sentences)
+                          for i in range(0, len(counts), per_step)))
+
+    def lockstep_size(self, batch) -> int:
+        return len(batch.sentences)  # sentence steps
+
+    def pad_batch(self, batch, size: int, spec):
+        return dummy_batch(spec, size) if batch is None else pad_to_steps(batch, size)
+
+    def model_name(self, model_cfg: ModelConfig) -> str:
+        return model_cfg.type  # rnn / dntm / dynamical: dynlm-rnn, dynlm-dntm, dynlm-dynamical
 
     def build_model(self, model_cfg: ModelConfig, spec):
         return build_model(model_cfg, spec)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Iterator
 
 EPILOG = """\
 examples:
@@ -31,12 +29,14 @@ def register(subparsers) -> None:
                         help="a prepared folder (with manifest.json), or raw corpus files/folders")
     parser.add_argument("--split", default=None, choices=("train", "valid", "test"),
                         help="split of a prepared folder (default: test); not allowed with raw files")
-    parser.add_argument("--format", default="auto", choices=("auto", "conll", "text"), help="raw files' format")
-    parser.add_argument("--lines-per-document", type=int, default=0,
+    parser.add_argument("--format", choices=("auto", "conll", "text"), help="raw files' format (LM task; default auto)")
+    parser.add_argument("--lines-per-document", type=int,
                         help="raw plain text: cut documents every N non-empty lines (0: headings/files)")
-    parser.add_argument("--too-many-chains", default="truncate", choices=("drop", "truncate"),
+    parser.add_argument("--too-many-chains", choices=("drop", "truncate"),
                         help="raw files: a document with more chains than the model knows is dropped "
                              "(and counted) or truncated (later chains keep their words); default truncate")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="data_overrides",
+                        help="raw files: override a setting of the task's data config (repeatable)")
     parser.add_argument("--batch-size", type=int, default=16, help="documents per batch")
     parser.add_argument("--dynamic-eval", action="store_true",
                         help="also evaluate with dynamic evaluation (Krause et al., 2018); needs a "
@@ -67,22 +67,20 @@ def register(subparsers) -> None:
 
 
 def load_any_model(model: str, tracking_uri: str | None = None):
-    """``(model, model_cfg, spec, preprocessor or None)`` from a model URI or a checkpoint path."""
-    from dynlm import checkpoint
-    from dynlm.data.preprocessor import Preprocessor
+    """``(task, model, model_cfg, spec, preprocessor or None)`` from a model URI or a checkpoint path."""
+    from dynlm.checkpoint import load_checkpoint
     from dynlm.storage import is_uri
     from pipelines import tracking
 
     if is_uri(model) or model.startswith(("models:/", "runs:/")):
         return tracking.load_model(model, tracking_uri=tracking_uri)
     path = tracking.find_checkpoint_file(model)
-    torch_model, model_cfg, spec, _extra = checkpoint.load(path)
-    torch_model.eval()
+    loaded = load_checkpoint(path)
     pre_path = path.parent / "preprocessor.json"
-    preprocessor = Preprocessor.load(pre_path) if pre_path.is_file() else None
-    if preprocessor is not None and preprocessor.spec != spec:
-        raise ValueError(f"{pre_path} does not match the checkpoint's vocabulary ({preprocessor.spec} != {spec})")
-    return torch_model, model_cfg, spec, preprocessor
+    preprocessor = loaded.task.load_preprocessor(pre_path.read_text(encoding="utf-8")) if pre_path.is_file() else None
+    if preprocessor is not None and preprocessor.spec != loaded.spec:
+        raise ValueError(f"{pre_path} does not match the checkpoint's vocabulary ({preprocessor.spec} != {loaded.spec})")
+    return loaded.task, loaded.model, loaded.model_cfg, loaded.spec, preprocessor
 
 
 def is_prepared_folder(paths: list[str]) -> bool:
@@ -107,77 +105,28 @@ def open_prepared(root: str, spec, preprocessor):
     return prepared
 
 
-def _raw_files(paths: list[str]) -> list[Path]:
-    from dynlm.storage import is_uri
+def raw_rows(task, paths: list[str], preprocessor, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Raw corpus files read, parsed and encoded with the model's preprocessor: the task's own
+    prepare stages in this process (:func:`dynlm.tasks.local.prepare_in_memory`), every document
+    whatever its split. Returns ``(encoded rows, dropped and quarantined records)``."""
+    from dynlm.data.fingerprint import input_files
+    from dynlm.tasks.local import files_table, prepare_in_memory
 
-    files: list[Path] = []
-    for item in paths:
-        if is_uri(item):
-            raise ValueError(f"{item}: raw inputs must be local paths here (prepare remote data with "
-                             "`dynlm prepare` and pass the prepared folder)")
-        path = Path(item)
-        if path.is_dir():
-            files.extend(p for p in sorted(path.rglob("*"))
-                         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"--data {item} does not exist")
+    cfg = task.evaluation_data_config(preprocessor, paths)
+    flags = {key: getattr(args, key) for key in ("format", "lines_per_document", "too_many_chains")
+             if getattr(args, key) is not None}
+    cfg = cfg.replace(**flags).with_overrides(args.data_overrides)
+    files = input_files(cfg.inputs)
     if not files:
         raise ValueError(f"--data {paths}: no files found")
-    return files
+    done = prepare_in_memory(task, files_table(files), cfg, preprocessor=preprocessor, require_train=False)
+    return done.rows(), done.rejected()
 
 
-def raw_rows(paths: list[str], preprocessor, *, format: str = "auto", lines_per_document: int = 0,
-             too_many_chains: str = "truncate", report: dict | None = None) -> Iterator[dict]:
-    """Read, anonymize and encode raw corpus files with the model's preprocessor.
-
-    Quarantined records and dropped documents are counted in ``report`` (``quarantined``,
-    ``dropped``, ``documents``) and printed by the caller; nothing is skipped silently.
-    """
-    from dynlm.data.anonymize import anonymize
-    from dynlm.data.schema import Quarantined
-
-    report = {} if report is None else report
-    report.update(documents=0, quarantined=0, dropped=0, reasons=[])
-    for path in _raw_files(paths):
-        for item in _parse(path, format, lines_per_document):
-            if isinstance(item, Quarantined):
-                report["quarantined"] += 1
-                report["reasons"].append(f"{item.source_file}:{item.line} {item.doc_id}: {item.reason}")
-                continue
-            anonymized, _stats = anonymize(item, max_chains=preprocessor.max_chains,
-                                           too_many_chains=too_many_chains)
-            if anonymized is None:
-                report["dropped"] += 1
-                report["reasons"].append(f"{item['doc_id']}: more than {preprocessor.max_chains} chains (dropped)")
-                continue
-            row = preprocessor.encode_document(anonymized["sentences"])
-            row.update(doc_id=anonymized["doc_id"], source_file=anonymized["source_file"])
-            report["documents"] += 1
-            yield row
-
-
-def _parse(path: Path, format: str, lines_per_document: int):
-    from dynlm.data.readers import parse_file
-
-    return parse_file(path.read_bytes(), str(path), format, lines_per_document=lines_per_document)
-
-
-def format_metrics_table(metrics: dict, title: str) -> str:
-    """The LM task's table, with the accumulation analysis (:mod:`dynlm.tasks.lm_table`)."""
-    from dynlm.tasks.lm_table import format_metrics_table as lm_table  # lazy: keeps `dynlm --help` fast
-
-    return lm_table(metrics, title)
-
-
-def evaluate_rows(model, spec, rows: list[dict], batch_size: int) -> dict:
-    from dynlm.data.batching import batch_documents
-    from dynlm.training import evaluate
-
+def evaluate_rows(task, model, spec, rows: list[dict], batch_size: int) -> dict:
     if not rows:
         raise ValueError("no documents to evaluate")
-    return evaluate(model, batch_documents(rows, spec, batch_size, sort_by_length=True, seed=None))
+    return task.evaluate(model, task.batches(rows, spec, batch_size, sort_by_length=True, seed=None))
 
 
 def _eta(text: str) -> float | str:
@@ -206,6 +155,7 @@ def format_grid(grid: list[dict], best) -> str:
 def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> str:
     """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first); the printed text."""
     from dynlm.data.batching import batch_documents
+    from dynlm.tasks.lm import LMTask
     from dynlm.dynamic_eval import (DEFAULT_ETAS, DEFAULT_LAMBDAS, DynamicEvalConfig, choose_dynamic_eval,
                                     collect_grad_stats, dynamic_evaluate)
 
@@ -232,7 +182,7 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
         lam = DynamicEvalConfig().decay if args.lam is None else args.lam
         cfg = DynamicEvalConfig(lr=args.eta, decay=lam, eps=args.eps, segment_len=args.segment_len)
     dynamic = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None), cfg, stats)
-    text.append(format_metrics_table(
+    text.append(LMTask().metric_table(
         dynamic, f"dynamic evaluation (eta={cfg.lr:g}{' auto' if args.eta == 'auto' else ''}, "
                  f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
     return "\n".join(text)
@@ -242,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dynamic_eval and not (args.stats_data or is_prepared_folder(args.data)):
         raise SystemExit("dynlm evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
-    torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
+    task, torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
+    if args.dynamic_eval and task.name != "lm":
+        raise SystemExit(f"dynlm evaluate --dynamic-eval: the LM task's models only, not {task.name!r}")
     prepared = None
     if is_prepared_folder(args.data):
         prepared = open_prepared(args.data[0], spec, preprocessor)
@@ -255,18 +207,16 @@ def run(args: argparse.Namespace) -> int:
         if preprocessor is None:
             raise SystemExit(f"dynlm evaluate: {args.model} has no preprocessor.json next to it; raw "
                              "files need one (use a registered model or a prepared folder)")
-        report: dict = {}
-        rows = list(raw_rows(args.data, preprocessor, format=args.format,
-                             lines_per_document=args.lines_per_document,
-                             too_many_chains=args.too_many_chains, report=report))
-        source = f"{len(args.data)} path(s), {report['documents']} documents"
-        if report["quarantined"] or report["dropped"]:
-            print(f"evaluate: {report['quarantined']} record(s) quarantined, {report['dropped']} "
+        rows, rejected = raw_rows(task, args.data, preprocessor, args)
+        source = f"{len(args.data)} path(s), {len(rows)} documents"
+        if rejected:
+            kinds = [r["kind"] for r in rejected]
+            print(f"evaluate: {kinds.count('quarantine')} record(s) quarantined, {kinds.count('dropped')} "
                   "document(s) dropped:", file=sys.stderr)
-            for reason in report["reasons"][:20]:
-                print(f"  {reason}", file=sys.stderr)
-    metrics = evaluate_rows(torch_model, spec, rows, args.batch_size)
-    print(format_metrics_table(metrics, f"{args.model} ({model_cfg.type}) on {source}"))
+            for r in rejected[:20]:
+                print(f"  {r['source_file']}:{r['line']} {r['doc_id']}: {r['reason']}", file=sys.stderr)
+    metrics = evaluate_rows(task, torch_model, spec, rows, args.batch_size)
+    print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"))
 
     if args.dynamic_eval:
         print()

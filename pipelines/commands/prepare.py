@@ -15,8 +15,10 @@ def register(subparsers) -> None:
                     "preprocessor.json, manifest.json). A complete folder with the same data "
                     "settings is reused without recomputing.",
     )
-    parser.add_argument("--config", help="YAML with the data settings (a DataConfig mapping, or a job "
-                                         "config whose `data:` section is used)")
+    parser.add_argument("--config", help="YAML with the data settings (a data config mapping, or a job "
+                                         "config whose `task:` and `data:` sections are used)")
+    parser.add_argument("--task", help="the task whose stages run (default: the job config's task, else lm; "
+                                       "package.module:Class for a task outside dynlm)")
     parser.add_argument("--input", action="append", default=[], metavar="PATH",
                         help="input file, folder or URI (s3://, gs://); repeatable; replaces the config's inputs. "
                              "Files/folders named train, valid/dev/development, test (wiki.train.tokens, "
@@ -30,12 +32,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_prepare)
 
 
-def load_data_config(config_path: str | None, inputs: list[str], output_root: str | None, overrides: list[str]):
-    """DataConfig from YAML (plain or a job config's ``data:`` section), flags, then --set overrides."""
+def load_data_config(config_path: str | None, inputs: list[str], output_root: str | None, overrides: list[str],
+                     task_name: str | None = None):
+    """``(task, data config)`` from YAML (plain or a job config's ``task:``/``data:`` sections),
+    ``--task``, flags, then --set overrides."""
     import yaml
 
     from dynlm.config import ConfigError
-    from dynlm.data.config import DataConfig
+    from dynlm.tasks import DEFAULT_TASK, get_task
 
     data: dict = {}
     if config_path:
@@ -43,14 +47,22 @@ def load_data_config(config_path: str | None, inputs: list[str], output_root: st
             loaded = yaml.safe_load(fh) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{config_path}: top level must be a mapping")
-        data = dict(loaded["data"]) if isinstance(loaded.get("data"), dict) else loaded
+        if isinstance(loaded.get("data"), dict):
+            task_name = task_name or loaded.get("task")
+            data = dict(loaded["data"])
+        else:
+            data = loaded
+    try:
+        task = get_task(task_name or DEFAULT_TASK)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"--task: {exc}") from exc
     if inputs:
         data["inputs"] = list(inputs)
     if output_root:
         data["output_root"] = output_root
     if not data.get("inputs"):
         raise ConfigError("no inputs: pass --input PATH (repeatable) or set `inputs:` in --config")
-    return DataConfig.from_dict(data).with_overrides(overrides)
+    return task, task.data_config.from_dict(data).with_overrides(overrides)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -59,12 +71,12 @@ def run_prepare(args: argparse.Namespace) -> int:
     from pipelines.prepare import QuarantineError, prepare
 
     try:
-        cfg = load_data_config(args.config, args.input, args.output_root, args.overrides)
+        task, cfg = load_data_config(args.config, args.input, args.output_root, args.overrides, args.task)
     except ConfigError as exc:
         print(f"dynlm prepare: {exc}", file=sys.stderr)
         return QUARANTINE_EXIT_CODE
     try:
-        prepared = prepare(cfg, strict=args.strict, progress=not args.no_progress)
+        prepared = prepare(cfg, task=task, strict=args.strict, progress=not args.no_progress)
     except (QuarantineError, SplitRuleError) as exc:  # bad data or inputs: one line, no traceback
         print(f"dynlm prepare: {exc}", file=sys.stderr)
         return QUARANTINE_EXIT_CODE

@@ -61,7 +61,7 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
     champion validated elsewhere may have another vocabulary)."""
     from pipelines import tracking
 
-    name = tracking.registered_name(job.model.type)
+    name = tracking.registered_name(job.model_type)
     champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
     run_tags = tracking.get_run(training.run_id, tracking_uri=uri).data.tags
     if champion is not None and \
@@ -73,7 +73,7 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines import console, tracking
-    from pipelines.commands.evaluate import evaluate_rows, format_metrics_table, open_prepared
+    from pipelines.commands.evaluate import evaluate_rows, load_any_model, open_prepared
     from pipelines.defaults import load_job
     from pipelines.prepare import prepare
     from pipelines.ray_env import init_ray
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
     ensure_corpus(job, args.synth_documents)
     how = init_ray()
     print(f"[run] Ray: {how} ({_seconds(start)} with the corpus); preparing the data")
-    prepared = prepare(job.data)  # prints where it wrote, its time and its table
+    prepared = prepare(job.data, task=job.task)  # prints where it wrote, its time and its table
     start = time.monotonic()
-    print(f"[run] training {job.model.type} on {job.run.num_workers} Ray Train worker(s), "
+    print(f"[run] training {job.model_type} on {job.run.num_workers} Ray Train worker(s), "
           f"{job.train.epochs} epoch(s)")
     training = run_training(job, prepared)
     print(f"[run] MLflow run {training.run_id}: best valid_ppl {training.best_valid_ppl:.2f} "
@@ -100,20 +100,17 @@ def run(args: argparse.Namespace) -> int:
 
     if training.model_version is not None:
         model_uri, label = model_to_evaluate(job, uri, training)
-        model, model_cfg, spec, preprocessor = tracking.load_model(model_uri, tracking_uri=uri)
-        open_prepared(str(prepared.root), spec, preprocessor)  # same encoding, else a clear error
     else:  # run.register=false: the best checkpoint
-        from pipelines.commands.evaluate import load_any_model
-
         model_uri, label = training.best_checkpoint_dir, "best checkpoint (not registered)"
-        model, model_cfg, spec, preprocessor = load_any_model(model_uri)
+    task, model, _model_cfg, spec, preprocessor = load_any_model(model_uri, uri)
+    open_prepared(str(prepared.root), spec, preprocessor)  # same encoding, else a clear error
     rows = list(prepared.iter_rows("test"))
     split = "test"
     if not rows:
         rows, split = list(prepared.iter_rows("valid")), "valid (the test split is empty)"
-    metrics = evaluate_rows(model, spec, rows, job.train.batch_size)
+    metrics = evaluate_rows(task, model, spec, rows, job.train.batch_size)
     print()
-    print(format_metrics_table(metrics, f"{model_uri} [{label}] on the {split} split"))
+    print(task.metric_table(metrics, f"{model_uri} [{label}] on the {split} split"))
 
     print(f"[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
     if uri.startswith("sqlite:///"):
@@ -121,6 +118,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"  {uri}")
     print(f"  experiment {job.run.experiment!r}, run {training.run_id}; "
-          f"registered model {tracking.registered_name(job.model.type)}")
+          f"registered model {tracking.registered_name(job.model_type)}")
     print(console.log_locations())
     return 0

@@ -63,7 +63,7 @@ def run(args) -> int:
     from pipelines.train import run_training
 
     init_ray()
-    prepared = prepare(job.data, progress=False)
+    prepared = prepare(job.data, task=job.task, progress=False)
     result = run_training(job, prepared)
     for record in result.history:
         print(_format_record(record))
@@ -74,51 +74,42 @@ def run(args) -> int:
 
 
 def run_local(job) -> int:
-    """Single-process training for debugging: the same data, batching and model, no Ray Train."""
+    """Single-process training for debugging: the same data, batching and model, no Ray at all
+    (the data is prepared in this process: :func:`dynlm.tasks.local.prepare_local`, same folder)."""
     import tempfile
 
     import torch
 
     from dynlm import checkpoint, storage
-    from dynlm.data.prepared import PreparedData, is_prepared
-    from dynlm.models import build_model
-    from dynlm.data.batching import iter_document_batches
+    from dynlm.tasks.local import prepare_local
     from dynlm.training import fit, set_seed
     from pipelines.train import SORT_BUFFER_BATCHES
 
-    from pipelines.prepare import prepared_root
-
-    root = prepared_root(job.data.output_root, job.data.data_hash())  # a local Path or a URI
-    if is_prepared(root):
-        prepared = PreparedData.open(root)
-    else:  # preparing needs Ray Data
-        from pipelines.prepare import prepare
-
-        prepared = prepare(job.data, progress=False)
+    task = job.get_task()
+    prepared = prepare_local(job.data, task=task)
     spec, cfg = prepared.spec, job.train
     buffer_rows = cfg.batch_size * SORT_BUFFER_BATCHES
     set_seed(cfg.seed)
     device = torch.device("cuda" if job.run.use_gpu and torch.cuda.is_available() else "cpu")
-    model = build_model(job.model, spec).to(device)
+    model = task.build_model(job.model, spec).to(device)
 
     def train_batches(epoch: int):
-        return iter_document_batches(prepared.iter_rows("train"), spec, cfg.batch_size,
-                                     seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows)
+        return task.stream_batches(prepared.iter_rows("train"), spec, cfg.batch_size,
+                                   seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows)
 
     def valid_batches():
-        return iter_document_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0,
-                                     buffer_rows=buffer_rows)
+        return task.stream_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0, buffer_rows=buffer_rows)
 
-    summary = fit(model, train_batches, valid_batches, cfg,
+    summary = fit(model, train_batches, valid_batches, cfg, task=task,
                   on_epoch=lambda epoch, record: print(_format_record(record), flush=True))
     name = job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}"
     path = storage.join(job.run.storage_uri(), name, "model.pt")  # run.storage_path may be a URI
     with tempfile.TemporaryDirectory() as tmp:
-        local = checkpoint.save(Path(tmp) / "model.pt", model, job.model, spec,
+        local = checkpoint.save(Path(tmp) / "model.pt", model, job.model, spec, task=job.task,
                                 extra={"history": summary["history"], "job": job.to_dict()})
         storage.copy(local, path)
-    print(f"[train --local] best valid ppl {summary['best_valid_ppl']:.2f} (epoch {summary['best_epoch']}); "
-          f"checkpoint {path}")
+    print(f"[train --local] best valid {task.primary_metric} {summary['best_valid_ppl']:.2f} "
+          f"(epoch {summary['best_epoch']}); checkpoint {path}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
     return 0
 

@@ -32,7 +32,7 @@ def test_save_load_identical_outputs(tmp_path, tiny_spec, random_rows, overrides
     for x, y in zip(a, b):
         assert torch.equal(x.logits, y.logits)
     raw = torch.load(path, weights_only=True)
-    assert set(raw) == {"state_dict", "model_config", "vocab_spec", "extra"}
+    assert set(raw) == {"task", "state_dict", "model_config", "vocab_spec", "extra"} and raw["task"] == "lm"
 
 
 def test_load_rejects_non_checkpoint(tmp_path):

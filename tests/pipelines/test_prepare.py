@@ -19,14 +19,18 @@ import pytest
 from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
 from dynlm.data.prepared import PreparedData
-from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.schema import DOCUMENT_SCHEMA, ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.plaintext import is_title_heading
 from dynlm.data.split import SplitRuleError, assign_split, check_split_rule
 from dynlm.data.synth import SynthConfig, generate, write_conll
 from dynlm.data.preprocessor import Preprocessor
 from pipelines.cli import main
-from pipelines.prepare_stages import encode_documents, parse_files
-from pipelines.prepare import SPLITS, QuarantineError, format_summary, prepare
+from dynlm.data.batch_encoder import encode_documents
+from dynlm.data.parse_stage import parse_files
+from dynlm.data.prepared_writer import SPLITS, format_summary
+from dynlm.tasks import get_task
+from dynlm.tasks.local import prepare_local
+from pipelines.prepare import QuarantineError, prepare
 from pipelines.ray_env import init_ray
 
 SYNTH = SynthConfig(num_documents=40, seed=3, docs_per_file=10)
@@ -119,9 +123,45 @@ def test_prepare_counts_and_rows_match_the_library(built, corpus):
     assert counts["subwords_per_word"] > 1.0
     assert init_ray() == "existing"  # the session's Ray was reused
     assert built.manifest["split_rule"] == "hash"  # an unsplit folder
-    summary = format_summary(counts, "hash")
-    assert summary.splitlines()[0] == f"{'split rule':28s}hash: unsplit inputs, a hash of each document id (valid/test_fraction)"
-    assert f"{'documents':28s}" + "".join(f"{counts['documents'][s]:>12,d}" for s in SPLITS) in summary
+    summary = format_summary(get_task("lm"), counts, "hash")
+    assert summary.splitlines()[0] == f"{'split rule':32s}hash: unsplit inputs, a hash of each document id (valid/test_fraction)"
+    assert f"{'documents':32s}" + "".join(f"{counts['documents'][s]:>12,d}" for s in SPLITS) in summary
+    assert f"{'quarantined records':32s}{1:>12,d}" in summary
+
+
+def test_the_ray_free_path_writes_the_same_folder(built, tmp_path, capsys):
+    """prepare_local runs the same stage functions in this process: same key, same bytes."""
+    cfg = DataConfig.from_dict(built.manifest["config"]).replace(output_root=str(tmp_path / "local"))
+    local = prepare_local(cfg)
+    assert local.root.name == built.root.name
+    assert _shard_bytes(local.root) == _shard_bytes(built.root)
+    assert (local.root / "preprocessor.json").read_bytes() == (built.root / "preprocessor.json").read_bytes()
+    for key in ("task", "counts", "files", "inputs", "split_rule", "config_hash", "preprocessor_source"):
+        assert local.manifest[key] == built.manifest[key], key
+
+
+def test_a_given_preprocessor_encodes_new_documents_with_its_ids(built, tmp_path, capsys):
+    """New documents (Parquet DOCUMENT_SCHEMA rows, as a retrain gets them) encoded with an
+    existing preprocessor: one parameter of the one job; the folder key names the preprocessor."""
+    docs = [d for d in generate(SynthConfig(num_documents=12, seed=77, docs_per_file=12))]
+    folder = tmp_path / "new"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(docs, schema=DOCUMENT_SCHEMA), folder / "part-0.parquet")
+    cfg = DataConfig.from_dict(built.manifest["config"]).replace(inputs=[str(folder)],
+                                                                output_root=str(tmp_path / "out"))
+    given = prepare(cfg, preprocessor=built.preprocessor, progress=False)
+    assert given.root.name.startswith(f"{cfg.data_hash()}-p") and given.manifest["preprocessor_source"] == "given"
+    assert (given.root / "preprocessor.json").read_bytes() == (built.root / "preprocessor.json").read_bytes()
+    rows = {r["doc_id"]: r for split in SPLITS for r in given.iter_rows(split)}
+    assert len(rows) == sum(given.manifest["counts"]["documents"].values()) > 0
+    for doc in docs:
+        anonymized, _ = anonymize(doc, max_chains=cfg.max_chains, min_chain_mentions=cfg.min_chain_mentions)
+        if anonymized is not None:
+            encoded = built.preprocessor.encode_document(anonymized["sentences"])
+            assert {k: rows[doc["doc_id"]][k] for k in encoded} == encoded
+            assert rows[doc["doc_id"]]["source_file"] == doc["source_file"]  # the row's own, not the Parquet file
+    refit = prepare(cfg, progress=False)  # without it: fitted on these documents, another folder
+    assert refit.root.name == cfg.data_hash() and refit.manifest["preprocessor_source"] == "fit on the train split"
 
 
 def test_malformed_file_is_quarantined_and_strict_raises(built, corpus, capsys):
@@ -155,7 +195,7 @@ def test_a_gamma_only_change_shares_the_shards_and_equals_a_full_build(built, tm
     started = time.perf_counter()
     derived = prepare(cfg, progress=False)
     assert time.perf_counter() - started < 5.0  # no Ray Data job
-    assert "only in gamma" in capsys.readouterr().out
+    assert "only in its preprocessor: sharing its shards" in capsys.readouterr().out
     assert derived.root.name == cfg.data_hash() != built.root.name
     assert derived.manifest["derived_from"] == built.root.name
     for name in _shard_bytes(built.root):  # the same files, hard-linked
@@ -228,7 +268,7 @@ def test_named_folders_keep_their_split(ray_session, named_corpus, tmp_path, cap
     cfg = DataConfig(inputs=[str(named_corpus)], output_root=str(tmp_path), **SETTINGS)
     prepared = prepare(cfg, progress=False)
     assert prepared.manifest["split_rule"] == "named"
-    assert f"{'split rule':28s}named: the split each input's file/folder names" in capsys.readouterr().out
+    assert f"{'split rule':32s}named: the split each input's file/folder names" in capsys.readouterr().out
     expected = {split: {f"synth_{seed}_{i:05d}/part_0" for i in range(n)} for split, (seed, n) in NAMED.items()}
     dropped = prepared.manifest["counts"]["dropped_docs"]
     got = _doc_ids_by_split(prepared)
@@ -249,7 +289,7 @@ def test_config_splits_win_over_names_through_the_cli(ray_session, named_corpus,
         "splits": {"train": [str(named_corpus / "train")], "valid": [str(named_corpus / "test")],
                    "test": [str(named_corpus / "valid")]}}}))
     assert main(["prepare", "--config", str(config), "--no-progress"]) == 0
-    assert f"{'split rule':28s}config: the input paths listed in data.splits" in capsys.readouterr().out
+    assert f"{'split rule':32s}config: the input paths listed in data.splits" in capsys.readouterr().out
     (root,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
     prepared = PreparedData.open(root)
     assert prepared.manifest["split_rule"] == "config"
@@ -328,7 +368,7 @@ def _check_uri_output(built: PreparedData, output_root: str, capsys) -> Prepared
 
     derived = prepare(cfg.replace(gamma=0.55), progress=False)
     assert set(derived.manifest["timings_s"]) == {"derive_from_sibling", "build"}  # no Ray Data job
-    assert "only in gamma" in capsys.readouterr().out
+    assert "only in its preprocessor: sharing its shards" in capsys.readouterr().out
     assert derived.root == f"{output_root}/{cfg.replace(gamma=0.55).data_hash()}"
     assert derived.manifest["derived_from"] == built.root.name
     assert _uri_bytes(derived) == _uri_bytes(remote)

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dynlm.data.config import DataConfig
-from dynlm.data.local_prepare import prepare_local
+from dynlm.tasks.local import prepare_local
 from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.storage import is_uri
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
@@ -25,7 +25,8 @@ def test_prepare_local_and_read_back(tmp_path):
     assert data.manifest["config_hash"] == cfg.data_hash()
     counts = {split: data.num_documents(split) for split in ("train", "valid", "test")}
     assert sum(counts.values()) == 40 and min(counts.values()) > 0
-    assert data.manifest["counts"]["train_documents"] == counts["train"]
+    assert data.manifest["counts"]["documents"] == counts and data.manifest["counts"]["quarantined"] == 1
+    assert data.manifest["task"] == "lm" and data.manifest["preprocessor_source"] == "fit on the train split"
     assert pq.read_schema(data.files("train")[0]).equals(ENCODED_SCHEMA)
     rows = list(data.iter_rows("valid"))
     assert len(rows) == counts["valid"]
@@ -94,8 +95,8 @@ def test_prepare_local_keeps_named_and_configured_splits(tmp_path):
     folders = {split: {row["source_file"].split("/")[-2] for row in named.iter_rows(split)}
                for split in ("train", "valid", "test")}
     assert folders == {"train": {"train"}, "valid": {"dev"}, "test": {"test"}}
-    assert named.manifest["counts"]["train_documents"] + named.manifest["counts"]["valid_documents"] \
-        + named.manifest["counts"]["test_documents"] == 12 - named.manifest["counts"]["dropped_docs_too_many_chains"]
+    assert sum(named.manifest["counts"]["documents"].values()) \
+        == 12 - named.manifest["counts"]["dropped_docs_too_many_chains"]
 
     splits = {"train": [str(corpus / "train"), str(corpus / "test")], "test": [str(corpus / "dev")]}
     configured = prepare_local(DataConfig(inputs=[str(corpus)], splits=splits, **_settings(tmp_path)))

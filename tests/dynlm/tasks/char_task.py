@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from dynlm.config import Config
+from dynlm.data.config import CorpusConfig
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
 from dynlm.data.split import assign_split
@@ -27,15 +28,15 @@ from dynlm.tasks.base import Task
 PAD, UNK, EOS = 0, 1, 2  # character ids; real characters from 3 on, most frequent first
 
 PARSED = pa.schema([pa.field("kind", pa.string()), pa.field("doc_id", pa.string()),
-                    pa.field("source_file", pa.string()), pa.field("split", pa.string()),
+                    pa.field("source_file", pa.string()), pa.field("input_file", pa.string()),
+                    pa.field("split", pa.string()),
                     pa.field("text", pa.string()), pa.field("line", pa.int64()), pa.field("reason", pa.string())])
 ENCODED = pa.schema([pa.field("doc_id", pa.string()), pa.field("source_file", pa.string()),
                      pa.field("char_ids", pa.list_(pa.int32()))])
 
 
 @dataclass
-class CharDataConfig(Config):
-    inputs: list[str]
+class CharDataConfig(CorpusConfig):
     max_chars: int = 40  # character types kept (the rest read as UNK)
     valid_fraction: float = 0.2
     test_fraction: float = 0.2
@@ -60,13 +61,13 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
     for data, path in zip(batch["bytes"].to_pylist(), batch["path"].to_pylist()):
         for item in parse_file(data, path, "conll"):
             if isinstance(item, Quarantined):
-                rows.append(dict(kind="quarantine", doc_id=item.doc_id, source_file=path, split="", text="",
+                rows.append(dict(kind="quarantine", doc_id=item.doc_id, source_file=path, input_file=path, split="", text="",
                                  line=item.line, reason=item.reason))
                 continue
             split = assign_split(item["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction,
                                  test_fraction=cfg.test_fraction)
             text = "\n".join(" ".join(sentence) for sentence in item["sentences"])
-            rows.append(dict(kind="document", doc_id=item["doc_id"], source_file=path, split=split, text=text,
+            rows.append(dict(kind="document", doc_id=item["doc_id"], source_file=path, input_file=path, split=split, text=text,
                              line=0, reason=""))
     return pa.Table.from_pylist(rows, schema=PARSED)
 
@@ -176,11 +177,13 @@ class CharMetrics:
 class CharTask(Task):
     name = "char"
     parsed_schema = PARSED
+    payload_columns = ("text",)
     encoded_schema = ENCODED
     data_config = CharDataConfig
     model_config = CharModelConfig
     metrics = CharMetrics
     primary_metric = "ppl"
+    spec_class = CharSpec
     encoder = EncodeChars
     parse_files = staticmethod(parse_files)
     count_train = staticmethod(count_train)
@@ -206,6 +209,12 @@ class CharTask(Task):
         for start in range(0, len(rows), batch_size):
             yield self.collate(rows[start : start + batch_size], spec)
 
+    def pad_batch(self, batch, size, spec):  # one step per batch; a rank without data: all masked
+        if batch is not None:
+            return batch
+        blank = torch.full((1, 1), PAD, dtype=torch.long)
+        return CharBatch(blank, blank, blank != PAD)
+
     def build_model(self, model_cfg, spec):
         return CharLM(model_cfg, spec)
 
@@ -220,7 +229,10 @@ class CharTask(Task):
         loss, nll_sum, count = self.loss(model(batch), batch)
         loss.backward()
         optimizer.step()
-        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": int(count), "num_padded": 0, "steps": 1}
+        if scheduler is not None:
+            scheduler.step()
+        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": int(count), "num_padded": 0,
+                "documents": batch.inputs.shape[0], "steps": 1}
 
     def evaluate(self, model, batches):
         model.eval()

@@ -1,4 +1,4 @@
-"""The LM task: its stages give the prepared rows of the existing Ray-free prepare, and its
+"""The LM task: the folder prepare_local writes holds exactly its stages' rows, and its
 evaluation carries the accumulation analysis, counted here independently from the rows."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ import pytest
 import torch
 
 from dynlm.data.config import DataConfig
-from dynlm.data.local_prepare import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.models import rnn_lm_small
 from dynlm.tasks import get_task
 from dynlm.tasks.lm import ACCUMULATION_FIGURE
-from dynlm.tasks.local import files_table, prepare_in_memory
+from dynlm.tasks.local import files_table, prepare_in_memory, prepare_local
 from dynlm.training import TrainConfig
 
 SETTINGS = dict(vocab_size=60, bpe_merges=40, max_chains=8)
@@ -28,7 +27,7 @@ def prepared(tmp_path_factory):
     return cfg, files, prepare_in_memory(get_task("lm"), files_table(files), cfg)
 
 
-def test_lm_task_stages_equal_the_local_prepare(prepared):
+def test_the_written_folder_holds_the_lm_task_stages_rows(prepared):
     cfg, _files, in_memory = prepared
     local = prepare_local(cfg)
     assert in_memory.preprocessor.to_json() == local.preprocessor.to_json()

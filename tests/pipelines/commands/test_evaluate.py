@@ -11,7 +11,7 @@ import torch
 
 from dynlm import checkpoint
 from dynlm.data.config import DataConfig
-from dynlm.data.local_prepare import prepare_local
+from dynlm.tasks.local import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.dynamic_eval import DEFAULT_ETAS, DEFAULT_LAMBDAS
 from dynlm.models import build_model

@@ -1,0 +1,48 @@
+"""The LM task's prepare counts (the manifest's ``counts`` and the end-of-prepare table)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dynlm.data.parse_stage import DOC_STATS
+
+# (manifest key, label) of the anonymization counts in the prepare table
+LM_SUMMARY_ROWS = (("chains", "chains"), ("anonymized_mentions", "anonymized mentions"),
+                   ("dropped_nested", "dropped nested mentions"),
+                   ("dropped_overlapping", "dropped overlapping mentions"),
+                   ("dropped_docs_too_many_chains", "dropped docs (too many chains)"),
+                   ("truncated_chains", "truncated chains"))
+
+
+def _token_stats(table: pa.Table, spec) -> tuple[int, int, int]:
+    """(word tokens, OOV word tokens, subwords of word tokens) of encoded rows (no specials/entities)."""
+    if table.num_rows == 0:
+        return 0, 0, 0
+    word_ids = pc.list_flatten(table["word_ids"]).to_numpy()
+    entity_ids = pc.list_flatten(table["entity_ids"]).to_numpy()
+    lengths = pc.list_flatten(table["subword_lengths"]).to_numpy()
+    is_word = (entity_ids == 0) & (word_ids != spec.bos_id) & (word_ids != spec.eos_id)
+    return int(is_word.sum()), int((word_ids[is_word] == spec.unk_id).sum()), int(lengths[is_word].sum())
+
+
+def lm_counts(meta: pa.Table, splits: dict[str, pa.Table], spec) -> dict:
+    """Sentences/tokens per split, anonymization sums (DOC_STATS), OOV rate, subwords per word."""
+    counts: dict = {"sentences": {}, "tokens": {}}
+    words_total = subwords_total = oov_valid = words_valid = 0
+    documents = meta.filter(pc.equal(meta["kind"], "document"))
+    for split, table in splits.items():
+        rows = documents.filter(pc.equal(documents["split"], split))
+        counts["sentences"][split] = int(pc.sum(rows["num_sentences"]).as_py() or 0)
+        counts["tokens"][split] = int(pc.sum(rows["num_tokens"]).as_py() or 0)
+        words, oov, subwords = _token_stats(table, spec)
+        words_total, subwords_total = words_total + words, subwords_total + subwords
+        if split == "valid":
+            oov_valid, words_valid = oov, words
+    for key in DOC_STATS:
+        counts[key] = int(pc.sum(meta[key]).as_py() or 0)
+    counts["oov_rate_valid"] = round(oov_valid / words_valid, 6) if words_valid else 0.0
+    counts["subwords_per_word"] = round(subwords_total / words_total, 6) if words_total else 0.0
+    counts["vocab_words"] = spec.num_words
+    counts["subword_vocab"] = spec.num_subwords
+    return counts
