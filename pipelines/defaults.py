@@ -16,6 +16,7 @@ from dynlm.job import JobConfig, with_storage_env
 SYNTH_DIR = "runs/synth"
 
 DEFAULT_JOB_YAML = f"""\
+task: lm                     # dynlm.tasks: the anonymized LM (rnn / dntm / dynamical models)
 data:
   inputs: [{SYNTH_DIR}]        # written by `dynlm data synth` (or ensure_synthetic_corpus)
   format: conll

@@ -72,11 +72,11 @@ def check_documents(meta: pa.Table | None, inputs: list[str]) -> None:
         seen[doc_id] = source
 
 
-def split_rule(meta: pa.Table, resolved) -> str:
+def split_rule(meta: pa.Table, resolved, *, require_train: bool = True) -> str:
     """The split rule all documents followed (``named`` / ``config`` / ``hash``), or SplitRuleError."""
     documents = meta.filter(pc.equal(meta["kind"], "document"))
     return check_split_rule(documents["input_file"].to_pylist(), resolved.inputs, resolved.splits,
-                            documents["split"].to_pylist())
+                            documents["split"].to_pylist(), require_train=require_train)
 
 
 def by_split(encoded: Iterable[pa.Table], schema: pa.Schema) -> dict[str, pa.Table]:

@@ -150,13 +150,15 @@ def _examples(paths: Sequence[str], limit: int = 3) -> str:
 
 
 def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mapping[str, Sequence[str]],
-                     document_splits: Sequence[str]) -> str:
+                     document_splits: Sequence[str], *, require_train: bool = True) -> str:
     """The one split rule of a prepare job; raises :class:`SplitRuleError` when there is none.
 
     Args:
         files: the input files that gave documents.
         inputs / splits: as for :func:`file_split`.
         document_splits: the split of every document (to check that train is not empty).
+        require_train: raise when named or configured splits give no train document (False
+            when documents are only evaluated).
 
     Returns:
         ``"config"``, ``"named"`` or ``"hash"``.
@@ -189,7 +191,7 @@ def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mappin
             f"valid/test sets. Pass only the named files ({only_named}), or give every file's split in "
             "data.splits, or prepare the unnamed files on their own (hash split)")
     rule = "config" if splits else "named" if named else "hash"
-    if rule != "hash" and "train" not in document_splits:
+    if require_train and rule != "hash" and "train" not in document_splits:
         found = sorted(set(document_splits))
         raise SplitRuleError(f"split rule {rule!r}: no train document (the inputs give only {found}); "
                              "add the train files, or list them under data.splits.train")

@@ -81,7 +81,7 @@ def prepare_in_memory(task: Task, files: pa.Table, data_cfg, *, preprocessor: An
     parsed = task.parse_files(files, resolved.to_dict())
     meta = parsed.drop_columns(list(task.payload_columns))
     writer.check_documents(meta, data_cfg.inputs)
-    rule = writer.split_rule(meta, resolved)
+    rule = writer.split_rule(meta, resolved, require_train=require_train)
     documents = meta.filter(pc.equal(meta["kind"], "document"))
     if require_train and not pc.any(pc.equal(documents["split"], "train")).as_py():
         raise ValueError(f"prepare: no train documents in {data_cfg.inputs}")

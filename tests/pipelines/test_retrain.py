@@ -174,8 +174,9 @@ def test_crash_before_promotion_leaves_the_champion(store, corpora, tmp_path):
 def test_config_errors_and_content_addressing(corpora, tmp_path):
     from dynlm.config import ConfigError
     from dynlm.data.config import DataConfig
+    from dynlm.data.fingerprint import input_listing as file_listing
+    from dynlm.tasks import get_task
     from pipelines.retrain import validation_hash, validation_rows
-    from pipelines.retrain_data import file_listing
     from tiny_lm import make_tiny_lm
 
     with pytest.raises(ConfigError, match="needs init_from: scratch"):
@@ -192,7 +193,7 @@ def test_config_errors_and_content_addressing(corpora, tmp_path):
     _, _, _, preprocessor_path = make_tiny_lm(tmp_path)
     from dynlm.data.preprocessor import Preprocessor
 
-    rows = validation_rows(str(folder), Preprocessor.load(preprocessor_path), data_cfg)
+    rows = validation_rows(str(folder), get_task("lm"), Preprocessor.load(preprocessor_path), data_cfg)
     assert len(rows) == 12 and all(row["num_tokens"] == sum(row["sentence_lengths"]) for row in rows)
     # one changed byte: other content hash, other validation hash; a copy elsewhere: same hashes
     first = sorted(folder.iterdir())[0]
