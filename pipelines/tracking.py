@@ -10,8 +10,8 @@ One training = one MLflow run, created on the driver (:func:`start_training_run`
 by rank 0 only (:func:`log_epoch_metrics`), closed on the driver (:func:`finish_training_run`,
 which logs the learning curve and the pyfunc model). :func:`register_and_promote` then registers
 the model as a version of ``dynlm-<model_type>`` with alias ``challenger`` and moves ``champion``
-to it under the one promotion policy (its docstring): a relative margin, on the same validation
-set (version tag ``valid_data_hash``). Stages are deprecated in MLflow 3; only aliases are used.
+to it under the one promotion policy (``dynlm/promotion.py``): a relative margin, on the same
+validation set (version tag ``valid_data_hash``). Stages are deprecated in MLflow 3; only aliases are used.
 
 Runs are found by their tags (:func:`find_runs`: ``dynlm.kind``, ``dynlm.trial_id``, ...), never
 by their names. Every ``mlflow`` call of dynlm goes through this module (the pyfunc model file
@@ -30,7 +30,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dynlm import storage
-from dynlm.config import config_hash
-from dynlm.data.fingerprint import input_listing
+from dynlm import promotion, storage
 from dynlm.data.prepared import PreparedData
 from pipelines import console
 
-MODEL_NAME_PREFIX = "dynlm-"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 MODEL_ARTIFACT_NAME = "model"
@@ -59,30 +55,6 @@ TAG_VALID_DATA_HASH = "valid_data_hash"  # identity of the validation set valid_
 TAG_VALID_PPL = "valid_ppl"  # version tag: perplexity on that validation set
 KIND_TRAINING = "training"
 _PARAM_VALUE_MAX = 6000
-
-
-@dataclass
-class RegistrationResult:
-    """What :func:`register_and_promote` did.
-
-    Attributes:
-        name: registered model name, ``dynlm-<model_type>``.
-        version: the new version (alias ``challenger``).
-        decision: ``promoted`` (``champion`` now points at ``version``), ``rejected`` (it did
-            not win), ``conflict`` (a caller-measured champion was no longer the champion).
-        reason: one sentence saying why (also stored as the version tag ``promotion``).
-        champion_version: the version ``champion`` points at after the call (None: none).
-    """
-
-    name: str
-    version: str
-    decision: str  # "promoted" | "rejected" | "conflict" (the champion moved; see register_and_promote)
-    reason: str
-    champion_version: str | None
-
-    @property
-    def promoted(self) -> bool:
-        return self.decision == "promoted"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,16 +250,6 @@ def flatten_config(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def valid_data_hash(prepared: PreparedData) -> str:
-    """Identity of the validation set of ``prepared``: the content of its ``valid`` shards.
-
-    Stored as the run and version tag ``valid_data_hash``; :func:`register_and_promote` compares
-    perplexities only between versions with the same value. Two folders with byte-identical
-    valid shards (same documents, same encoding) give the same value, wherever they live.
-    """
-    return config_hash({"valid_shards": input_listing([str(f) for f in prepared.files("valid")])})
-
-
 def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None = None,
                        run_name: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Create the MLflow run of one training on the driver and return its id.
@@ -315,7 +277,7 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     run_tags = {
         TAG_KIND: KIND_TRAINING,
         TAG_DATA_HASH: job.data.data_hash(),
-        TAG_VALID_DATA_HASH: valid_data_hash(prepared),
+        TAG_VALID_DATA_HASH: promotion.valid_data_hash(prepared),
         "model_type": job.model.type,
         "training_hash": job.training_hash(),
         "dynlm.prepared_root": str(prepared.root),
@@ -499,57 +461,6 @@ def find_checkpoint_file(checkpoint: str | Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def registered_name(model_type: str) -> str:
-    return f"{MODEL_NAME_PREFIX}{model_type}"
-
-
-@dataclass(frozen=True)
-class MeasuredChampion:
-    """The champion as scored by the caller on the challenger's validation set (retraining
-    scores both models on one fixed set): its version and perplexity there."""
-
-    version: str
-    ppl: float
-
-
-def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | None,
-                       champion_hash: str | None, margin: float) -> tuple[bool, str]:
-    """THE promotion policy of dynlm: whether a challenger replaces the champion, and why.
-
-    Promote iff there is no champion yet, or both were scored on the same validation set
-    (``valid_hash == champion_hash``) and ``valid_ppl < champion_ppl * (1 - margin)``.
-
-    The margin is RELATIVE: perplexity is ``exp(cross entropy)``, so a fixed fraction of it is a
-    fixed difference in loss (``margin=0.01`` asks for ~0.01 nats per token) whatever the scale;
-    an absolute margin of 1 point would be noise at perplexity 300 and a big step at 20.
-
-    Args:
-        valid_ppl: the challenger's validation perplexity.
-        valid_hash: identity of the validation set it was measured on (``valid_data_hash``).
-        champion_ppl: the champion's perplexity (None: there is no champion).
-        champion_hash: the validation set the champion's perplexity was measured on.
-        margin: in ``[0, 1)``; 0 means "strictly better".
-
-    Returns:
-        ``(promote, reason)``; the reason is one sentence without the verdict prefix.
-    """
-    if not 0.0 <= margin < 1.0:
-        raise ValueError(f"promotion margin must be in [0, 1) (a fraction of the champion's perplexity), "
-                         f"got {margin}")
-    if not math.isfinite(valid_ppl):
-        return False, f"valid_ppl {valid_ppl} is not finite"
-    if champion_ppl is None:
-        return True, "there was no champion yet"
-    if champion_hash != valid_hash:
-        return False, (f"the champion was validated on {champion_hash}, the challenger on {valid_hash}; "
-                       "perplexities on different validation sets are not comparable (evaluate both "
-                       "on one dataset and set the alias by hand)")
-    threshold = champion_ppl * (1.0 - margin)
-    verb = "beats" if valid_ppl < threshold else "does not beat"
-    return valid_ppl < threshold, (f"valid_ppl {valid_ppl:.4f} {verb} champion ppl {champion_ppl:.4f} "
-                                   f"x (1 - margin {margin:g}) = {threshold:.4f} on validation {valid_hash}")
-
-
 @contextmanager
 def promotion_lock(uri: str, name: str):
     """One promotion of ``name`` at a time: a file lock next to a SQLite store (every process
@@ -563,21 +474,21 @@ def promotion_lock(uri: str, name: str):
 
 
 def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
-                         valid_data_hash: str | None = None, champion: MeasuredChampion | None = None,
+                         valid_data_hash: str | None = None, champion: promotion.MeasuredChampion | None = None,
                          tags: dict[str, str] | None = None, before_promote: Callable[[], None] | None = None,
-                         tracking_uri: str | None = None) -> RegistrationResult:
+                         tracking_uri: str | None = None) -> promotion.RegistrationResult:
     """Register the run's model as ``dynlm-<model_type>@challenger``; maybe move ``champion``.
 
     The one registration path of train, tune and retrain. The decision is
-    :func:`promotion_decision` (relative ``margin``, same validation set), taken under
-    :func:`promotion_lock` against the champion read there, and the alias move is the last
-    registry write, so concurrent callers promote at most once per champion they beat:
+    ``dynlm.promotion.decide_registration`` (relative ``margin``, same validation set), taken
+    under :func:`promotion_lock` against the champion read there, and the alias move is the
+    last registry write, so concurrent callers promote at most once per champion they beat:
 
     * ``champion=None``: the champion's own version tags ``valid_ppl`` / ``valid_data_hash`` are
       compared (train and tune: models validated on their prepared data's valid split);
-    * ``champion=MeasuredChampion(v, ppl)``: the caller scored version ``v`` on the challenger's
-      validation set; if ``champion`` no longer points at ``v`` (another caller promoted
-      meanwhile) the decision is ``conflict`` and nothing moves (retrain).
+    * ``champion=MeasuredChampion(v, ppl)`` (``dynlm.promotion``): the caller scored version
+      ``v`` on the challenger's validation set; if ``champion`` no longer points at ``v``
+      (another caller promoted meanwhile) the decision is ``conflict`` and nothing moves (retrain).
 
     The new version gets the tags ``valid_ppl``, ``valid_data_hash``, ``data_hash`` (the
     training data, from the run), ``run_id``, ``promotion`` (the reason) and ``tags``.
@@ -601,7 +512,7 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
         raise ValueError(f"run {run_id} has no logged model (tag {TAG_MODEL_URI}); "
                          "call finish_training_run first")
     valid_hash = valid_data_hash or run_tags[TAG_VALID_DATA_HASH]
-    name = registered_name(run_tags["model_type"])
+    name = promotion.registered_name(run_tags["model_type"])
     configure(uri)
     console.route_library_logs()  # mute "Successfully registered ..." (log_model turns MLflow's prints back on)
     version = str(mlflow.register_model(run_tags[TAG_MODEL_URI], name, tags={
@@ -611,30 +522,20 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
     with promotion_lock(uri, name):
         current = version_by_alias(name, CHAMPION, tracking_uri=uri)
         current_version = None if current is None else str(current.version)
-        if champion is not None and current_version != champion.version:
-            decision, reason = "conflict", (f"refused: champion moved from v{champion.version} to "
-                                            f"v{current_version} while v{version} was being trained and scored")
-        else:
-            if champion is not None:
-                champion_ppl, champion_hash = champion.ppl, valid_hash
-            elif current is not None:
-                champion_ppl = float(current.tags.get(TAG_VALID_PPL, "nan"))
-                champion_hash = current.tags.get(TAG_VALID_DATA_HASH)
-            else:
-                champion_ppl = champion_hash = None
-            promote, why = promotion_decision(valid_ppl, valid_hash, champion_ppl, champion_hash, margin)
-            against = f" (v{version} vs champion v{current_version})" if current is not None else ""
-            decision, reason = ("promoted", f"promoted: {why}{against}") if promote else \
-                ("rejected", f"not promoted: {why}{against}")
-            if promote:
-                if before_promote is not None:
-                    before_promote()
-                mlflow_client.set_registered_model_alias(name, CHAMPION, version)  # the last step
-                current_version = version
+        current_tags = {} if current is None else current.tags
+        decision, reason = promotion.decide_registration(
+            version, valid_ppl, valid_hash, margin, champion=champion, current_version=current_version,
+            current_ppl=float(current_tags.get(TAG_VALID_PPL, "nan")),
+            current_hash=current_tags.get(TAG_VALID_DATA_HASH))
+        if decision == "promoted":
+            if before_promote is not None:
+                before_promote()
+            mlflow_client.set_registered_model_alias(name, CHAMPION, version)  # the last step
+            current_version = version
     mlflow_client.set_model_version_tag(name, version, "promotion", reason)
     set_tags(run_id, {"registered_version": f"{name}/{version}"}, tracking_uri=uri)
-    return RegistrationResult(name=name, version=version, decision=decision, reason=reason,
-                              champion_version=current_version)
+    return promotion.RegistrationResult(name=name, version=version, decision=decision, reason=reason,
+                                        champion_version=current_version)
 
 
 def version_by_alias(name: str, alias: str, *, tracking_uri: str | None = None):
