@@ -24,7 +24,6 @@ URI returned by :func:`tracking_uri` to the workers and on to :func:`log_epoch_m
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -39,7 +38,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dynlm import promotion, storage
+from dynlm import figures, promotion, storage
 from dynlm.data.prepared import PreparedData
 from pipelines import console
 
@@ -171,17 +170,7 @@ def log_figure(run_id: str, figure, path: str, *, tracking_uri: str | None = Non
     try:
         _client(tracking_uri).log_figure(run_id, figure, path)
     finally:
-        pyplot().close(figure)
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend (no display needed; figures go to MLflow)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+        figures.pyplot().close(figure)
 
 
 def end_run(run_id: str, status: str = "FINISHED", *, tags: dict[str, Any] | None = None,
@@ -306,52 +295,6 @@ def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,
     log_metrics(run_id, metrics, step=epoch, tracking_uri=tracking_uri)
 
 
-def plot_learning_curve(history: list[dict[str, Any]]):
-    """A figure of every perplexity in ``history`` (one dict per epoch) against the epoch.
-
-    Left panel: ``*ppl`` keys (train/valid perplexity); right: the other ``*ppl_*`` keys
-    (first mention, re-appearing, after entity, OOV). Log-scale y. Returns the Matplotlib
-    figure (log it with :func:`log_figure`, or ``savefig`` it).
-    """
-    plt = pyplot()
-    if not history:
-        raise ValueError("plot_learning_curve: empty history (no epoch finished)")
-    epochs = [row["epoch"] if "epoch" in row else i for i, row in enumerate(history)]
-    keys = sorted({k for row in history for k, v in row.items()
-                   if "ppl" in k and isinstance(v, (int, float)) and not isinstance(v, bool)})
-    overall = [k for k in keys if k.endswith("ppl")]
-    detailed = [k for k in keys if not k.endswith("ppl")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for axis, group, title in ((axes[0], overall, "perplexity"), (axes[1], detailed, "by token kind")):
-        for key in group:
-            points = [(e, row[key]) for e, row in zip(epochs, history)
-                      if key in row and math.isfinite(row[key]) and row[key] > 0]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=key)
-        axis.set_yscale("log")
-        axis.set_xlabel("epoch")
-        axis.set_title(title)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def _log_task_figures(run_id: str, best_epoch: dict[str, Any], uri: str) -> None:
-    """The task's figures of the best epoch's validation metrics (the LM task: the DNTM paper's
-    accumulation analysis, ``accumulation.png``)."""
-    from dynlm.tasks import get_task
-
-    metrics = {key[len("valid_"):]: value for key, value in best_epoch.items() if key.startswith("valid_")}
-    title = f"validation, epoch {best_epoch.get('epoch')}"
-    try:
-        figures = get_task("lm").metric_figures(metrics, title)
-    except KeyError:  # a history without the task's validation metrics (a hand-written one): no figure
-        return
-    for name, figure in figures.items():
-        log_figure(run_id, figure, name, tracking_uri=uri)
-
-
 def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: PreparedData,
                         history: list[dict[str, Any]], *, tracking_uri: str | None = None,
                         status: str = "FINISHED") -> str:
@@ -373,13 +316,14 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
 
     uri = _uri(tracking_uri)
     if history:
-        log_figure(run_id, plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+        log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
     log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)
     valid = [row["valid_ppl"] for row in history if "valid_ppl" in row]
     final = {"epochs_completed": len(history)}
     if valid:
         final["best_valid_ppl"] = min(valid)
-        _log_task_figures(run_id, min(history, key=lambda row: row.get("valid_ppl", math.inf)), uri)
+    for name, figure in figures.best_epoch_figures(history).items():
+        log_figure(run_id, figure, name, tracking_uri=uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
     model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))
