@@ -38,7 +38,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dynlm import figures, promotion, storage
+from dynlm import checkpoint_folder, figures, promotion, storage
+from dynlm.config import flatten_config
 from dynlm.data.prepared import PreparedData
 from pipelines import console
 
@@ -53,7 +54,6 @@ TAG_DATA_HASH = "data_hash"  # DataConfig.data_hash() of the data the model TRAI
 TAG_VALID_DATA_HASH = "valid_data_hash"  # identity of the validation set valid_ppl was measured on
 TAG_VALID_PPL = "valid_ppl"  # version tag: perplexity on that validation set
 KIND_TRAINING = "training"
-_PARAM_VALUE_MAX = 6000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,25 +220,6 @@ def read_run_text(run_id: str, path: str, *, tracking_uri: str | None = None) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def flatten_config(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"model": {"dntm": {"merge_fn": "gru"}}}`` -> ``{"model.dntm.merge_fn": "gru"}``.
-
-    Lists and None become JSON text so every value is a string MLflow accepts as a param.
-    """
-    flat: dict[str, str] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten_config(value, prefix=f"{dotted}."))
-        else:
-            text = value if isinstance(value, str) else json.dumps(value)
-            if len(text) > _PARAM_VALUE_MAX:
-                raise ValueError(f"config value {dotted} is {len(text)} characters; MLflow "
-                                 f"params hold at most {_PARAM_VALUE_MAX}")
-            flat[dotted] = text
-    return flat
-
-
 def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None = None,
                        run_name: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Create the MLflow run of one training on the driver and return its id.
@@ -326,7 +307,7 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
         log_figure(run_id, figure, name, tracking_uri=uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
-    model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))
+    model, model_cfg, spec, _extra = checkpoint.load(checkpoint_folder.find_checkpoint_file(checkpoint_dir))
     with tempfile.TemporaryDirectory() as tmp:  # a local copy: the prepared root may be a URI
         preprocessor_path = Path(tmp) / "preprocessor.json"
         preprocessor_path.write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
@@ -381,23 +362,6 @@ def pyfunc_model_artifacts(folder, model, model_cfg, spec, preprocessor_path) ->
     from pipelines import pyfunc_model
 
     return pyfunc_model.write_artifacts(folder, model, model_cfg, spec, preprocessor_path)
-
-
-def find_checkpoint_file(checkpoint: str | Path) -> Path:
-    """The dynlm checkpoint file in a checkpoint folder (``model.pt``, else the only ``*.pt``)."""
-    path = Path(checkpoint)
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    if (path / "model.pt").is_file():
-        return path / "model.pt"
-    candidates = sorted(path.glob("*.pt"))
-    if len(candidates) != 1:
-        raise FileNotFoundError(
-            f"checkpoint folder {path} must hold model.pt or exactly one *.pt file; "
-            f"found {[p.name for p in path.iterdir()]}")
-    return candidates[0]
 
 
 # ---------------------------------------------------------------------------------------------

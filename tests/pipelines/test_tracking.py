@@ -53,13 +53,6 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
     assert tracking.artifact_root(f"sqlite:///{tmp_path}/db/m.db") == (tmp_path / "db" / "mlartifacts").as_uri()
 
 
-def test_flatten_config():
-    flat = tracking.flatten_config({"model": {"dntm": {"merge_fn": "gru"}, "dim": 8},
-                                    "data": {"inputs": ["a", "b"], "x": None}})
-    assert flat == {"model.dntm.merge_fn": "gru", "model.dim": "8",
-                    "data.inputs": '["a", "b"]', "data.x": "null"}
-
-
 def test_one_run_per_training(tmp_path, mlflow_uri):
     job = _job(tmp_path)
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
