@@ -38,7 +38,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dynlm import checkpoint_folder, figures, promotion, storage
+from dynlm import checkpoint_folder, figures, promotion, serving, storage
 from dynlm.config import flatten_config
 from dynlm.data.prepared import PreparedData
 from pipelines import console
@@ -342,7 +342,7 @@ def _pyfunc_kwargs(artifacts: dict[str, str]) -> dict[str, Any]:
 def save_pyfunc_model(path: str | Path, model, model_cfg, spec, preprocessor_path: str | Path) -> Path:
     """Save the pyfunc model to a local folder (no tracking server); ``mlflow.pyfunc.load_model(path)``."""
     with tempfile.TemporaryDirectory() as tmp:
-        artifacts = pyfunc_model_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
+        artifacts = serving.write_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
         mlflow.pyfunc.save_model(str(path), **_pyfunc_kwargs(artifacts))
     return Path(path)
 
@@ -352,16 +352,10 @@ def log_pyfunc_model(run_id: str, model, model_cfg, spec, preprocessor_path: str
     """Log the pyfunc model (name ``model``) in run ``run_id``; return ``models:/<model id>``."""
     configure(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
-        artifacts = pyfunc_model_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
+        artifacts = serving.write_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
         with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
             info = mlflow.pyfunc.log_model(name=MODEL_ARTIFACT_NAME, **_pyfunc_kwargs(artifacts))
     return info.model_uri
-
-
-def pyfunc_model_artifacts(folder, model, model_cfg, spec, preprocessor_path) -> dict[str, str]:
-    from pipelines import pyfunc_model
-
-    return pyfunc_model.write_artifacts(folder, model, model_cfg, spec, preprocessor_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,9 +460,7 @@ def load_model(uri: str, *, tracking_uri: str | None = None):
         ``(model, model_cfg, spec, preprocessor)``: the torch model in eval mode with the
         registered weights, its ModelConfig, VocabSpec and the saved Preprocessor.
     """
-    from pipelines import pyfunc_model
-
     configure(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
-        return pyfunc_model.load_model_dir(local)
+        return serving.load_model_dir(local)
