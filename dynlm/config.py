@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import yaml
 
 C = TypeVar("C", bound="Config")
+PARAM_VALUE_MAX = 6000  # characters of an MLflow param value (flatten_config)
 
 
 class ConfigError(ValueError):
@@ -213,6 +214,26 @@ def field_paths(config: Any, prefix: str = "") -> dict[str, Any]:
         else:
             paths[f"{prefix}{f.name}"] = annotation
     return paths
+
+
+def flatten_config(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"model": {"dntm": {"merge_fn": "gru"}}}`` -> ``{"model.dntm.merge_fn": "gru"}``.
+
+    Lists and None become JSON text so every value is a string MLflow accepts as a param (at
+    most ``PARAM_VALUE_MAX`` characters: a longer one is a ValueError naming the key).
+    """
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten_config(value, prefix=f"{dotted}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            if len(text) > PARAM_VALUE_MAX:
+                raise ValueError(f"config value {dotted} is {len(text)} characters; MLflow "
+                                 f"params hold at most {PARAM_VALUE_MAX}")
+            flat[dotted] = text
+    return flat
 
 
 def config_hash(data: dict[str, Any], length: int = 16) -> str:

@@ -67,7 +67,7 @@ class RunSettings(Config):
         register: register the best checkpoint in the MLflow model registry at the end.
         promotion_margin: ``champion`` moves to the new version only if its validation
             perplexity is below ``champion ppl x (1 - promotion_margin)`` (relative; see
-            ``pipelines.tracking.promotion_decision``). 0: strictly better.
+            ``dynlm.promotion.promotion_decision``). 0: strictly better.
         name: Ray Train run name (folder under storage_path); None: ``<model type>-<time>``.
         init_checkpoint: warm start: a dynlm checkpoint file (path or URI) whose weights
             initialize the model (optimizer and schedule start fresh); ignored when the run

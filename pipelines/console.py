@@ -13,13 +13,13 @@ to look next. Everything else goes to log files:
 Training runs in Ray Train workers, whose output does not reach the terminal by default
 (``ray.init(log_to_driver=False)``). Rank 0 therefore sends its progress to a small actor
 (:class:`ProgressRelay`) through :class:`EpochProgress`; the driver polls it and draws the bars
-(:class:`TrainingConsole`). Both ends are no-ops when no relay is set (Tune trials).
+(:class:`TrainingConsole`, with ``dynlm.progress.EpochBar``). Both ends are no-ops when no relay
+is set (Tune trials).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import threading
@@ -27,6 +27,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, TextIO
+
+from dynlm.log_file import install_log_file, installed_log_files
+from dynlm.progress import EpochBar
 
 VERBOSE_ENV = "DYNLM_VERBOSE"
 LOG_DIR_ENV = "DYNLM_LOG_DIR"
@@ -36,21 +39,11 @@ POLL_SECONDS = 0.5  # how often the driver asks the relay for news
 STEP_EVENT_SECONDS = 0.5  # rank 0 sends at most one step event this often
 # Loggers that print to the terminal on their own (they do not propagate to the root logger).
 LIBRARY_LOGGERS = ("ray", "ray.data", "ray.train", "ray.tune", "mlflow", "alembic")
-VALID_DETAILS = (("first_mention", "first mention"), ("reappearing", "re-appearing"),
-                 ("after_entity", "after entity"), ("oov", "OOV"))
 
 
 def verbose() -> bool:
     """True under ``dynlm --verbose`` (set by :func:`configure_output`, read by ``init_ray``)."""
     return os.environ.get(VERBOSE_ENV) == "1"
-
-
-class _LazyFileHandler(logging.FileHandler):
-    """A FileHandler that creates its file (and folder) at the first record, not before."""
-
-    def _open(self):
-        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
 
 
 def configure_output(is_verbose: bool) -> Path | None:
@@ -64,16 +57,7 @@ def configure_output(is_verbose: bool) -> Path | None:
         return None
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # model downloads
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # mlflow's logger then propagates
-    folder = Path(os.environ.get(LOG_DIR_ENV) or DEFAULT_LOG_DIR).resolve()
-    path = folder / f"dynlm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _LazyFileHandler)]:
-        root.removeHandler(handler)  # main() called again in one process (tests)
-    handler = _LazyFileHandler(path, delay=True, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.captureWarnings(True)  # DeprecationWarnings of the libraries go to the file too
+    path = install_log_file(os.environ.get(LOG_DIR_ENV) or DEFAULT_LOG_DIR)
     route_library_logs()
     return path
 
@@ -104,7 +88,7 @@ def log_locations() -> str:
     """One line saying where the logs that are not on the terminal are (for the end of a verb)."""
     import tempfile
 
-    files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, _LazyFileHandler)]
+    files = installed_log_files()
     ray_logs = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "session_latest" / "logs"
     ours = f"{files[0]}, " if files and Path(files[0]).exists() else ""
     return f"logs: {ours}Ray's in {ray_logs} (dynlm --verbose prints them here)"
@@ -117,32 +101,6 @@ def ray_init_options() -> dict[str, Any]:
     if os.environ.get(VERBOSE_ENV) is None:
         return {}
     return {"log_to_driver": verbose()}
-
-
-# ---------------------------------------------------------------------------------------------
-# Lines
-# ---------------------------------------------------------------------------------------------
-
-
-def _number(value: float) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
-
-
-def format_epoch_line(record: dict[str, Any], epochs: int) -> str:
-    """One line of metrics for an epoch record of ``train_fn_per_worker``.
-
-    Example: ``epoch 1/4  train loss 5.117 ppl 166.8 | valid ppl 150.2 (first mention 310.4,
-    re-appearing 80.1, after entity 95.0, OOV 700.2) | 1,234 tok/s, 25.6 s``.
-    """
-    details = ", ".join(f"{label} {_number(record[f'valid_ppl_{key}'])}" for key, label in VALID_DETAILS
-                        if f"valid_ppl_{key}" in record)
-    line = (f"epoch {record['epoch']}/{epochs}  train loss {record['train_loss']:.3f} "
-            f"ppl {_number(record['train_ppl'])} | valid ppl {_number(record['valid_ppl'])}"
-            + (f" ({details})" if details else "")
-            + f" | {record['train_tokens_per_s']:,.0f} tok/s, {record['train_seconds']:.1f} s")
-    if record.get("stopped_early"):
-        line += "  (early stop)"
-    return line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,22 +182,16 @@ class EpochProgress:
 
 
 class TrainingConsole:
-    """The driver's side: a relay actor, and a thread drawing its events on ``stream``.
+    """The driver's side: a relay actor, and a thread drawing its events with an :class:`EpochBar`.
 
     Use as a context manager around ``TorchTrainer.fit()``; :attr:`relay_name` goes to rank 0.
-
-    Args:
-        epochs: ``train.epochs`` (for "epoch 2/4").
-        steps_per_epoch: expected optimizer steps of an epoch (the bar's length; an estimate).
-        stream: where to draw (default stderr, like Ray Data's bars).
+    The arguments are :class:`dynlm.progress.EpochBar`'s.
     """
 
     def __init__(self, epochs: int, steps_per_epoch: int, stream: TextIO | None = None):
-        self.epochs, self.steps_per_epoch = epochs, max(1, steps_per_epoch)
-        self.stream = stream if stream is not None else sys.stderr
+        self.bar = EpochBar(epochs, steps_per_epoch, stream)
         self.relay_name = f"dynlm-progress-{uuid.uuid4().hex[:12]}"
         self.relay = None
-        self.bar = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -263,43 +215,17 @@ class TrainingConsole:
         self._stop.set()
         self._thread.join()
         try:
-            self._show(ray.get(self.relay.drain.remote()))  # what arrived after the last poll
+            self.bar.show(ray.get(self.relay.drain.remote()))  # what arrived after the last poll
             ray.kill(self.relay)
         except ray.exceptions.RayActorError:  # never fail a training over its progress display
             pass
-        self._close_bar()
+        self.bar.close()
 
     def _poll(self) -> None:
         import ray
 
         while not self._stop.wait(POLL_SECONDS):
             try:
-                self._show(ray.get(self.relay.drain.remote()))
+                self.bar.show(ray.get(self.relay.drain.remote()))
             except ray.exceptions.RayActorError:
                 return
-
-    def _show(self, events: list[tuple]) -> None:
-        for kind, *payload in events:
-            if kind == "step":
-                self._step(*payload)
-            elif kind == "epoch":
-                self._close_bar()
-                print(format_epoch_line(payload[0], self.epochs), file=self.stream, flush=True)
-            else:
-                self._close_bar()
-                print(payload[0], file=self.stream, flush=True)
-
-    def _step(self, epoch: int, steps: int, loss: float, tokens_per_s: float) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch}/{self.epochs}", file=self.stream,
-                            bar_format="{desc} {bar} {n}/{total} steps [{elapsed}<{remaining}{postfix}]",
-                            leave=False, dynamic_ncols=True, disable=None)  # disable=None: only on a terminal
-        self.bar.n = min(steps, self.steps_per_epoch)
-        self.bar.set_postfix_str(f"loss {loss:.3f}, {tokens_per_s:,.0f} tok/s", refresh=True)
-
-    def _close_bar(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None

@@ -37,7 +37,8 @@ from typing import Literal
 
 import yaml
 
-from dynlm import storage
+from dynlm import promotion, storage
+from dynlm.checkpoint_folder import find_checkpoint_file
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.fingerprint import input_files, input_listing
 from dynlm.data.prepared import PreparedData, is_prepared
@@ -92,7 +93,7 @@ class RetrainConfig(Config):
         rebuild_vocabulary: refit vocabulary + BPE on the new data instead of reusing the
             champion's preprocessor.json (needs ``init_from: scratch``: the weights would not fit).
         margin: relative margin: promote iff challenger_ppl < champion_ppl * (1 - margin)
-            (``pipelines.tracking.promotion_decision``, the policy of every registration).
+            (``pipelines.promotion.promotion_decision``, the policy of every registration).
         job_overrides: ``section.key=value`` applied to the champion's job config
             (``train.epochs=2``, ``run.num_workers=4``, ``data.vocab_size=5000`` ...).
         experiment: MLflow experiment of the retrain runs.
@@ -165,12 +166,10 @@ def _sha256_files(paths: list[str]) -> str:
 def validation_hash(validation: str, data_cfg) -> str:
     """Identity of the fixed validation set (content, plus the data settings for raw documents).
 
-    For a prepared folder it is ``tracking.valid_data_hash`` of its valid split, the value every
-    training run records as ``valid_data_hash``."""
-    from pipelines import tracking
-
+    For a prepared folder it is ``dynlm.promotion.valid_data_hash`` of its valid split, the value
+    every training run records as ``valid_data_hash``."""
     if is_prepared(validation):  # a local folder or a URI: what training runs record, too
-        return tracking.valid_data_hash(PreparedData.open(validation))
+        return promotion.valid_data_hash(PreparedData.open(validation))
     settings = {k: v for k, v in data_cfg.to_dict().items() if k not in ("inputs", "splits", "output_root",
                                                                         "num_encode_actors")}
     return config_hash({"files": _sha256_files([validation]), "settings": settings})
@@ -273,7 +272,7 @@ def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
     from pipelines import tracking
 
     uri = tracking.configure(cfg.tracking_uri)
-    name = tracking.registered_name(cfg.model_type)
+    name = promotion.registered_name(cfg.model_type)
     champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
     if champion is None:
         raise RetrainError(f"no {name}@champion in {uri}: train and register a model first (dynlm train)")
@@ -320,8 +319,8 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     from pipelines.prepare import prepare
     from pipelines.train import run_training
 
-    name, before = tracking.registered_name(cfg.model_type), str(champion.version)
-    champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
+    name, before = promotion.registered_name(cfg.model_type), str(champion.version)
+    _task, champion_model, champion_cfg, champion_spec, champion_pre = tracking.load_model(
         f"models:/{name}/{before}", tracking_uri=uri)
     job = challenger_job(cfg, _champion_job(champion, uri), run_name, uri)
     task = job.get_task()
@@ -336,7 +335,7 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     trained = run_training(job, prepared, parent_run_id=run_id)
 
     challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
-        tracking.find_checkpoint_file(trained.best_checkpoint_dir))
+        find_checkpoint_file(trained.best_checkpoint_dir))
     val_hash = validation_hash(cfg.validation, job.data)
     champion_ppl = validation_ppl(task, champion_model, champion_spec,
                                   validation_rows(cfg.validation, task, champion_pre, job.data),
@@ -349,7 +348,7 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
                                "challenger_data_hash": job.data.data_hash()}, tracking_uri=uri)
     registration = tracking.register_and_promote(
         trained.run_id, challenger_ppl, margin=cfg.margin, valid_data_hash=val_hash,
-        champion=tracking.MeasuredChampion(before, champion_ppl), tags={"retrain_run_id": run_id},
+        champion=promotion.MeasuredChampion(before, champion_ppl), tags={"retrain_run_id": run_id},
         before_promote=_fail_before_promote if cfg.fail_before_promote else None, tracking_uri=uri)
     after = registration.champion_version or ""
     tracking.end_run(run_id, "FINISHED", tracking_uri=uri, tags={

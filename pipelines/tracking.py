@@ -10,8 +10,8 @@ One training = one MLflow run, created on the driver (:func:`start_training_run`
 by rank 0 only (:func:`log_epoch_metrics`), closed on the driver (:func:`finish_training_run`,
 which logs the learning curve and the pyfunc model). :func:`register_and_promote` then registers
 the model as a version of ``dynlm-<model_type>`` with alias ``challenger`` and moves ``champion``
-to it under the one promotion policy (its docstring): a relative margin, on the same validation
-set (version tag ``valid_data_hash``). Stages are deprecated in MLflow 3; only aliases are used.
+to it under the one promotion policy (``dynlm/promotion.py``): a relative margin, on the same
+validation set (version tag ``valid_data_hash``). Stages are deprecated in MLflow 3; only aliases are used.
 
 Runs are found by their tags (:func:`find_runs`: ``dynlm.kind``, ``dynlm.trial_id``, ...), never
 by their names. Every ``mlflow`` call of dynlm goes through this module (the pyfunc model file
@@ -24,13 +24,11 @@ URI returned by :func:`tracking_uri` to the workers and on to :func:`log_epoch_m
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +38,12 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dynlm import storage
-from dynlm.config import config_hash
-from dynlm.data.fingerprint import input_listing
+from dynlm import checkpoint_folder, figures, promotion, serving, storage
+from dynlm.config import flatten_config
 from dynlm.data.prepared import PreparedData
+from dynlm.tasks import DEFAULT_TASK
 from pipelines import console
 
-MODEL_NAME_PREFIX = "dynlm-"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 MODEL_ARTIFACT_NAME = "model"
@@ -58,31 +55,6 @@ TAG_DATA_HASH = "data_hash"  # DataConfig.data_hash() of the data the model TRAI
 TAG_VALID_DATA_HASH = "valid_data_hash"  # identity of the validation set valid_ppl was measured on
 TAG_VALID_PPL = "valid_ppl"  # version tag: perplexity on that validation set
 KIND_TRAINING = "training"
-_PARAM_VALUE_MAX = 6000
-
-
-@dataclass
-class RegistrationResult:
-    """What :func:`register_and_promote` did.
-
-    Attributes:
-        name: registered model name, ``dynlm-<model_type>``.
-        version: the new version (alias ``challenger``).
-        decision: ``promoted`` (``champion`` now points at ``version``), ``rejected`` (it did
-            not win), ``conflict`` (a caller-measured champion was no longer the champion).
-        reason: one sentence saying why (also stored as the version tag ``promotion``).
-        champion_version: the version ``champion`` points at after the call (None: none).
-    """
-
-    name: str
-    version: str
-    decision: str  # "promoted" | "rejected" | "conflict" (the champion moved; see register_and_promote)
-    reason: str
-    champion_version: str | None
-
-    @property
-    def promoted(self) -> bool:
-        return self.decision == "promoted"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,17 +171,7 @@ def log_figure(run_id: str, figure, path: str, *, tracking_uri: str | None = Non
     try:
         _client(tracking_uri).log_figure(run_id, figure, path)
     finally:
-        pyplot().close(figure)
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend (no display needed; figures go to MLflow)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+        figures.pyplot().close(figure)
 
 
 def end_run(run_id: str, status: str = "FINISHED", *, tags: dict[str, Any] | None = None,
@@ -259,35 +221,6 @@ def read_run_text(run_id: str, path: str, *, tracking_uri: str | None = None) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def flatten_config(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"model": {"dntm": {"merge_fn": "gru"}}}`` -> ``{"model.dntm.merge_fn": "gru"}``.
-
-    Lists and None become JSON text so every value is a string MLflow accepts as a param.
-    """
-    flat: dict[str, str] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten_config(value, prefix=f"{dotted}."))
-        else:
-            text = value if isinstance(value, str) else json.dumps(value)
-            if len(text) > _PARAM_VALUE_MAX:
-                raise ValueError(f"config value {dotted} is {len(text)} characters; MLflow "
-                                 f"params hold at most {_PARAM_VALUE_MAX}")
-            flat[dotted] = text
-    return flat
-
-
-def valid_data_hash(prepared: PreparedData) -> str:
-    """Identity of the validation set of ``prepared``: the content of its ``valid`` shards.
-
-    Stored as the run and version tag ``valid_data_hash``; :func:`register_and_promote` compares
-    perplexities only between versions with the same value. Two folders with byte-identical
-    valid shards (same documents, same encoding) give the same value, wherever they live.
-    """
-    return config_hash({"valid_shards": input_listing([str(f) for f in prepared.files("valid")])})
-
-
 def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None = None,
                        run_name: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Create the MLflow run of one training on the driver and return its id.
@@ -315,8 +248,8 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     run_tags = {
         TAG_KIND: KIND_TRAINING,
         TAG_DATA_HASH: job.data.data_hash(),
-        TAG_VALID_DATA_HASH: valid_data_hash(prepared),
-        "model_type": job.model.type,
+        TAG_VALID_DATA_HASH: promotion.valid_data_hash(prepared),
+        "model_type": job.model_type,
         "training_hash": job.training_hash(),
         "dynlm.prepared_root": str(prepared.root),
         **(tags or {}),
@@ -324,7 +257,7 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     return start_run(job.run.experiment, tags=run_tags, params=flatten_config(job.to_dict()), texts=texts,
-                     run_name=run_name or job.run.name or f"{job.model.type}-{time.strftime('%Y%m%d-%H%M%S')}",
+                     run_name=run_name or job.run.name or f"{job.model_type}-{time.strftime('%Y%m%d-%H%M%S')}",
                      tracking_uri=job.run.tracking_uri)
 
 
@@ -342,52 +275,6 @@ def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,
             environment); None: resolved here.
     """
     log_metrics(run_id, metrics, step=epoch, tracking_uri=tracking_uri)
-
-
-def plot_learning_curve(history: list[dict[str, Any]]):
-    """A figure of every perplexity in ``history`` (one dict per epoch) against the epoch.
-
-    Left panel: ``*ppl`` keys (train/valid perplexity); right: the other ``*ppl_*`` keys
-    (first mention, re-appearing, after entity, OOV). Log-scale y. Returns the Matplotlib
-    figure (log it with :func:`log_figure`, or ``savefig`` it).
-    """
-    plt = pyplot()
-    if not history:
-        raise ValueError("plot_learning_curve: empty history (no epoch finished)")
-    epochs = [row["epoch"] if "epoch" in row else i for i, row in enumerate(history)]
-    keys = sorted({k for row in history for k, v in row.items()
-                   if "ppl" in k and isinstance(v, (int, float)) and not isinstance(v, bool)})
-    overall = [k for k in keys if k.endswith("ppl")]
-    detailed = [k for k in keys if not k.endswith("ppl")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for axis, group, title in ((axes[0], overall, "perplexity"), (axes[1], detailed, "by token kind")):
-        for key in group:
-            points = [(e, row[key]) for e, row in zip(epochs, history)
-                      if key in row and math.isfinite(row[key]) and row[key] > 0]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=key)
-        axis.set_yscale("log")
-        axis.set_xlabel("epoch")
-        axis.set_title(title)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def _log_task_figures(run_id: str, best_epoch: dict[str, Any], uri: str) -> None:
-    """The task's figures of the best epoch's validation metrics (the LM task: the DNTM paper's
-    accumulation analysis, ``accumulation.png``)."""
-    from dynlm.tasks import get_task
-
-    metrics = {key[len("valid_"):]: value for key, value in best_epoch.items() if key.startswith("valid_")}
-    title = f"validation, epoch {best_epoch.get('epoch')}"
-    try:
-        figures = get_task("lm").metric_figures(metrics, title)
-    except KeyError:  # a history without the task's validation metrics (a hand-written one): no figure
-        return
-    for name, figure in figures.items():
-        log_figure(run_id, figure, name, tracking_uri=uri)
 
 
 def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: PreparedData,
@@ -411,26 +298,29 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
 
     uri = _uri(tracking_uri)
     if history:
-        log_figure(run_id, plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+        log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
     log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)
     valid = [row["valid_ppl"] for row in history if "valid_ppl" in row]
     final = {"epochs_completed": len(history)}
     if valid:
         final["best_valid_ppl"] = min(valid)
-        _log_task_figures(run_id, min(history, key=lambda row: row.get("valid_ppl", math.inf)), uri)
+    for name, figure in figures.best_epoch_figures(history, prepared.manifest["task"]).items():
+        log_figure(run_id, figure, name, tracking_uri=uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
-    model, model_cfg, spec, _extra = checkpoint.load(find_checkpoint_file(checkpoint_dir))
+    loaded = checkpoint.load_checkpoint(checkpoint_folder.find_checkpoint_file(checkpoint_dir))
     with tempfile.TemporaryDirectory() as tmp:  # a local copy: the prepared root may be a URI
         preprocessor_path = Path(tmp) / "preprocessor.json"
         preprocessor_path.write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
-        model_uri = log_pyfunc_model(run_id, model, model_cfg, spec, preprocessor_path, tracking_uri=uri)
+        model_uri = log_pyfunc_model(run_id, loaded.model, loaded.model_cfg, loaded.spec, preprocessor_path,
+                                     task=prepared.manifest["task"], tracking_uri=uri)
     end_run(run_id, status, tags={TAG_MODEL_URI: model_uri}, tracking_uri=uri)
     return model_uri
 
 
-def _pyfunc_kwargs(artifacts: dict[str, str]) -> dict[str, Any]:
-    """Arguments shared by save/log: models-from-code file, artifacts, signature, example, env."""
+def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
+    """Arguments shared by save/log: models-from-code file, artifacts, signature, example, env
+    (the signature and input example are the LM's: the pyfunc scores documents for the LM task)."""
     import importlib.metadata
 
     import dynlm
@@ -444,110 +334,37 @@ def _pyfunc_kwargs(artifacts: dict[str, str]) -> dict[str, Any]:
         "artifacts": artifacts,
         # dynlm's source goes with the model, so a served model runs the code it was trained with.
         "code_paths": [str(Path(dynlm.__file__).resolve().parent)],
-        "signature": pyfunc_model.SIGNATURE,
-        "input_example": pyfunc_model.INPUT_EXAMPLE,
+        "signature": pyfunc_model.SIGNATURE if task == DEFAULT_TASK else None,
+        "input_example": pyfunc_model.INPUT_EXAMPLE if task == DEFAULT_TASK else None,
         # Listed, not inferred: inference would load the model in a subprocess (slow).
         "pip_requirements": [pinned("mlflow"), pinned("torch"), pinned("tokenizers"),
                              pinned("pyarrow"), pinned("numpy"), pinned("pandas"), pinned("pyyaml")],
     }
 
 
-def save_pyfunc_model(path: str | Path, model, model_cfg, spec, preprocessor_path: str | Path) -> Path:
+def save_pyfunc_model(path: str | Path, model, model_cfg, spec, preprocessor_path: str | Path, *,
+                      task: str = DEFAULT_TASK) -> Path:
     """Save the pyfunc model to a local folder (no tracking server); ``mlflow.pyfunc.load_model(path)``."""
     with tempfile.TemporaryDirectory() as tmp:
-        artifacts = pyfunc_model_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
-        mlflow.pyfunc.save_model(str(path), **_pyfunc_kwargs(artifacts))
+        artifacts = serving.write_artifacts(tmp, model, model_cfg, spec, preprocessor_path, task=task)
+        mlflow.pyfunc.save_model(str(path), **_pyfunc_kwargs(artifacts, task))
     return Path(path)
 
 
 def log_pyfunc_model(run_id: str, model, model_cfg, spec, preprocessor_path: str | Path, *,
-                     tracking_uri: str | None = None) -> str:
-    """Log the pyfunc model (name ``model``) in run ``run_id``; return ``models:/<model id>``."""
+                     task: str = DEFAULT_TASK, tracking_uri: str | None = None) -> str:
+    """Log the pyfunc model of ``task`` (name ``model``) in run ``run_id``; return ``models:/<model id>``."""
     configure(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
-        artifacts = pyfunc_model_artifacts(tmp, model, model_cfg, spec, preprocessor_path)
+        artifacts = serving.write_artifacts(tmp, model, model_cfg, spec, preprocessor_path, task=task)
         with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
-            info = mlflow.pyfunc.log_model(name=MODEL_ARTIFACT_NAME, **_pyfunc_kwargs(artifacts))
+            info = mlflow.pyfunc.log_model(name=MODEL_ARTIFACT_NAME, **_pyfunc_kwargs(artifacts, task))
     return info.model_uri
-
-
-def pyfunc_model_artifacts(folder, model, model_cfg, spec, preprocessor_path) -> dict[str, str]:
-    from pipelines import pyfunc_model
-
-    return pyfunc_model.write_artifacts(folder, model, model_cfg, spec, preprocessor_path)
-
-
-def find_checkpoint_file(checkpoint: str | Path) -> Path:
-    """The dynlm checkpoint file in a checkpoint folder (``model.pt``, else the only ``*.pt``)."""
-    path = Path(checkpoint)
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    if (path / "model.pt").is_file():
-        return path / "model.pt"
-    candidates = sorted(path.glob("*.pt"))
-    if len(candidates) != 1:
-        raise FileNotFoundError(
-            f"checkpoint folder {path} must hold model.pt or exactly one *.pt file; "
-            f"found {[p.name for p in path.iterdir()]}")
-    return candidates[0]
 
 
 # ---------------------------------------------------------------------------------------------
 # Registry: challenger / champion
 # ---------------------------------------------------------------------------------------------
-
-
-def registered_name(model_type: str) -> str:
-    return f"{MODEL_NAME_PREFIX}{model_type}"
-
-
-@dataclass(frozen=True)
-class MeasuredChampion:
-    """The champion as scored by the caller on the challenger's validation set (retraining
-    scores both models on one fixed set): its version and perplexity there."""
-
-    version: str
-    ppl: float
-
-
-def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | None,
-                       champion_hash: str | None, margin: float) -> tuple[bool, str]:
-    """THE promotion policy of dynlm: whether a challenger replaces the champion, and why.
-
-    Promote iff there is no champion yet, or both were scored on the same validation set
-    (``valid_hash == champion_hash``) and ``valid_ppl < champion_ppl * (1 - margin)``.
-
-    The margin is RELATIVE: perplexity is ``exp(cross entropy)``, so a fixed fraction of it is a
-    fixed difference in loss (``margin=0.01`` asks for ~0.01 nats per token) whatever the scale;
-    an absolute margin of 1 point would be noise at perplexity 300 and a big step at 20.
-
-    Args:
-        valid_ppl: the challenger's validation perplexity.
-        valid_hash: identity of the validation set it was measured on (``valid_data_hash``).
-        champion_ppl: the champion's perplexity (None: there is no champion).
-        champion_hash: the validation set the champion's perplexity was measured on.
-        margin: in ``[0, 1)``; 0 means "strictly better".
-
-    Returns:
-        ``(promote, reason)``; the reason is one sentence without the verdict prefix.
-    """
-    if not 0.0 <= margin < 1.0:
-        raise ValueError(f"promotion margin must be in [0, 1) (a fraction of the champion's perplexity), "
-                         f"got {margin}")
-    if not math.isfinite(valid_ppl):
-        return False, f"valid_ppl {valid_ppl} is not finite"
-    if champion_ppl is None:
-        return True, "there was no champion yet"
-    if champion_hash != valid_hash:
-        return False, (f"the champion was validated on {champion_hash}, the challenger on {valid_hash}; "
-                       "perplexities on different validation sets are not comparable (evaluate both "
-                       "on one dataset and set the alias by hand)")
-    threshold = champion_ppl * (1.0 - margin)
-    verb = "beats" if valid_ppl < threshold else "does not beat"
-    return valid_ppl < threshold, (f"valid_ppl {valid_ppl:.4f} {verb} champion ppl {champion_ppl:.4f} "
-                                   f"x (1 - margin {margin:g}) = {threshold:.4f} on validation {valid_hash}")
 
 
 @contextmanager
@@ -563,21 +380,21 @@ def promotion_lock(uri: str, name: str):
 
 
 def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
-                         valid_data_hash: str | None = None, champion: MeasuredChampion | None = None,
+                         valid_data_hash: str | None = None, champion: promotion.MeasuredChampion | None = None,
                          tags: dict[str, str] | None = None, before_promote: Callable[[], None] | None = None,
-                         tracking_uri: str | None = None) -> RegistrationResult:
+                         tracking_uri: str | None = None) -> promotion.RegistrationResult:
     """Register the run's model as ``dynlm-<model_type>@challenger``; maybe move ``champion``.
 
     The one registration path of train, tune and retrain. The decision is
-    :func:`promotion_decision` (relative ``margin``, same validation set), taken under
-    :func:`promotion_lock` against the champion read there, and the alias move is the last
-    registry write, so concurrent callers promote at most once per champion they beat:
+    ``dynlm.promotion.decide_registration`` (relative ``margin``, same validation set), taken
+    under :func:`promotion_lock` against the champion read there, and the alias move is the
+    last registry write, so concurrent callers promote at most once per champion they beat:
 
     * ``champion=None``: the champion's own version tags ``valid_ppl`` / ``valid_data_hash`` are
       compared (train and tune: models validated on their prepared data's valid split);
-    * ``champion=MeasuredChampion(v, ppl)``: the caller scored version ``v`` on the challenger's
-      validation set; if ``champion`` no longer points at ``v`` (another caller promoted
-      meanwhile) the decision is ``conflict`` and nothing moves (retrain).
+    * ``champion=MeasuredChampion(v, ppl)`` (``dynlm.promotion``): the caller scored version
+      ``v`` on the challenger's validation set; if ``champion`` no longer points at ``v``
+      (another caller promoted meanwhile) the decision is ``conflict`` and nothing moves (retrain).
 
     The new version gets the tags ``valid_ppl``, ``valid_data_hash``, ``data_hash`` (the
     training data, from the run), ``run_id``, ``promotion`` (the reason) and ``tags``.
@@ -601,7 +418,7 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
         raise ValueError(f"run {run_id} has no logged model (tag {TAG_MODEL_URI}); "
                          "call finish_training_run first")
     valid_hash = valid_data_hash or run_tags[TAG_VALID_DATA_HASH]
-    name = registered_name(run_tags["model_type"])
+    name = promotion.registered_name(run_tags["model_type"])
     configure(uri)
     console.route_library_logs()  # mute "Successfully registered ..." (log_model turns MLflow's prints back on)
     version = str(mlflow.register_model(run_tags[TAG_MODEL_URI], name, tags={
@@ -611,30 +428,20 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
     with promotion_lock(uri, name):
         current = version_by_alias(name, CHAMPION, tracking_uri=uri)
         current_version = None if current is None else str(current.version)
-        if champion is not None and current_version != champion.version:
-            decision, reason = "conflict", (f"refused: champion moved from v{champion.version} to "
-                                            f"v{current_version} while v{version} was being trained and scored")
-        else:
-            if champion is not None:
-                champion_ppl, champion_hash = champion.ppl, valid_hash
-            elif current is not None:
-                champion_ppl = float(current.tags.get(TAG_VALID_PPL, "nan"))
-                champion_hash = current.tags.get(TAG_VALID_DATA_HASH)
-            else:
-                champion_ppl = champion_hash = None
-            promote, why = promotion_decision(valid_ppl, valid_hash, champion_ppl, champion_hash, margin)
-            against = f" (v{version} vs champion v{current_version})" if current is not None else ""
-            decision, reason = ("promoted", f"promoted: {why}{against}") if promote else \
-                ("rejected", f"not promoted: {why}{against}")
-            if promote:
-                if before_promote is not None:
-                    before_promote()
-                mlflow_client.set_registered_model_alias(name, CHAMPION, version)  # the last step
-                current_version = version
+        current_tags = {} if current is None else current.tags
+        decision, reason = promotion.decide_registration(
+            version, valid_ppl, valid_hash, margin, champion=champion, current_version=current_version,
+            current_ppl=float(current_tags.get(TAG_VALID_PPL, "nan")),
+            current_hash=current_tags.get(TAG_VALID_DATA_HASH))
+        if decision == "promoted":
+            if before_promote is not None:
+                before_promote()
+            mlflow_client.set_registered_model_alias(name, CHAMPION, version)  # the last step
+            current_version = version
     mlflow_client.set_model_version_tag(name, version, "promotion", reason)
     set_tags(run_id, {"registered_version": f"{name}/{version}"}, tracking_uri=uri)
-    return RegistrationResult(name=name, version=version, decision=decision, reason=reason,
-                              champion_version=current_version)
+    return promotion.RegistrationResult(name=name, version=version, decision=decision, reason=reason,
+                                        champion_version=current_version)
 
 
 def version_by_alias(name: str, alias: str, *, tracking_uri: str | None = None):
@@ -654,12 +461,10 @@ def load_model(uri: str, *, tracking_uri: str | None = None):
     """Load a logged or registered dynlm model, e.g. ``models:/dynlm-dntm@champion``.
 
     Returns:
-        ``(model, model_cfg, spec, preprocessor)``: the torch model in eval mode with the
-        registered weights, its ModelConfig, VocabSpec and the saved Preprocessor.
+        ``(task, model, model_cfg, spec, preprocessor)``: the model's task, the torch model in
+        eval mode with the registered weights, its config, spec and saved preprocessor.
     """
-    from pipelines import pyfunc_model
-
     configure(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
-        return pyfunc_model.load_model_dir(local)
+        return serving.load_model_dir(local)

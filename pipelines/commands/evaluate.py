@@ -69,12 +69,13 @@ def register(subparsers) -> None:
 def load_any_model(model: str, tracking_uri: str | None = None):
     """``(task, model, model_cfg, spec, preprocessor or None)`` from a model URI or a checkpoint path."""
     from dynlm.checkpoint import load_checkpoint
+    from dynlm.checkpoint_folder import find_checkpoint_file
     from dynlm.storage import is_uri
     from pipelines import tracking
 
     if is_uri(model) or model.startswith(("models:/", "runs:/")):
         return tracking.load_model(model, tracking_uri=tracking_uri)
-    path = tracking.find_checkpoint_file(model)
+    path = find_checkpoint_file(model)
     loaded = load_checkpoint(path)
     pre_path = path.parent / "preprocessor.json"
     preprocessor = loaded.task.load_preprocessor(pre_path.read_text(encoding="utf-8")) if pre_path.is_file() else None

@@ -59,9 +59,10 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
     """The registry URI to evaluate and why: the champion when it was validated on this run's
     validation split (same encoded documents: same vocabulary), else this run's own version (a
     champion validated elsewhere may have another vocabulary)."""
+    from dynlm.promotion import registered_name
     from pipelines import tracking
 
-    name = tracking.registered_name(job.model_type)
+    name = registered_name(job.model_type)
     champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
     run_tags = tracking.get_run(training.run_id, tracking_uri=uri).data.tags
     if champion is not None and \
@@ -72,6 +73,7 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dynlm.promotion import registered_name
     from pipelines import console, tracking
     from pipelines.commands.evaluate import evaluate_rows, load_any_model, open_prepared
     from pipelines.defaults import load_job
@@ -118,6 +120,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"  {uri}")
     print(f"  experiment {job.run.experiment!r}, run {training.run_id}; "
-          f"registered model {tracking.registered_name(job.model_type)}")
+          f"registered model {registered_name(job.model_type)}")
     print(console.log_locations())
     return 0

@@ -5,7 +5,7 @@ from typing import Literal
 
 import pytest
 
-from dynlm.config import Config, ConfigError, config_hash
+from dynlm.config import PARAM_VALUE_MAX, Config, ConfigError, config_hash, flatten_config
 from dynlm.models.config import ModelConfig
 
 
@@ -66,3 +66,12 @@ def test_model_config_validation():
         ModelConfig.from_dict({"dynamical": {"fast_params": ["everything"]}})
     cfg = ModelConfig.from_dict({"dntm": {"merge_fn": "attention", "dynamic": "input"}})
     assert cfg.dntm.merge_fn == "attention"
+
+
+def test_flatten_config():
+    flat = flatten_config({"model": {"dntm": {"merge_fn": "gru"}, "dim": 8},
+                           "data": {"inputs": ["a", "b"], "x": None, "splits": {}}})
+    assert flat == {"model.dntm.merge_fn": "gru", "model.dim": "8",
+                    "data.inputs": '["a", "b"]', "data.x": "null", "data.splits": "{}"}
+    with pytest.raises(ValueError, match=f"config value data.inputs is {PARAM_VALUE_MAX + 4} characters"):
+        flatten_config({"data": {"inputs": ["x" * PARAM_VALUE_MAX]}})

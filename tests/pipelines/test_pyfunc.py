@@ -11,9 +11,9 @@ import torch
 import yaml
 from mlflow.exceptions import MlflowException
 
-from dynlm.data.config import DataConfig
+from dynlm import serving
 from dynlm.data.preprocessor import Preprocessor
-from pipelines import pyfunc_model, tracking
+from pipelines import tracking
 from tiny_lm import make_tiny_lm
 
 UNSEEN = "the zeppelin glided over the harbour .\n\n<unk1> saw the zeppelin ."
@@ -57,13 +57,11 @@ def test_predict_raw_text_with_unseen_words(saved):
     assert first["log_prob"] == pytest.approx(sum(log_probs))
     assert first["perplexity"] == pytest.approx(math.exp(-sum(log_probs) / 14))
     # same numbers as the in-memory model: the pyfunc reloaded the exact weights
-    expected = pyfunc_model.score_documents(model, model_cfg, spec, preprocessor,
-                                            pyfunc_model.parse_input(UNSEEN))[0]
+    expected = serving.score_documents(model, model_cfg, spec, preprocessor, serving.parse_input(UNSEEN))[0]
     assert log_probs == pytest.approx(expected["token_log_probs"], abs=1e-6)
     # and a differently initialised model scores differently (the check can fail)
     other, *_ = make_tiny_lm(path.parent / "other", seed=4)
-    different = pyfunc_model.score_documents(other, model_cfg, spec, preprocessor,
-                                             pyfunc_model.parse_input(UNSEEN))[0]
+    different = serving.score_documents(other, model_cfg, spec, preprocessor, serving.parse_input(UNSEEN))[0]
     assert different["log_prob"] != pytest.approx(first["log_prob"], abs=1e-3)
 
 
@@ -86,12 +84,3 @@ def test_empty_input_is_a_clear_error(saved, frame, message):
     loaded = mlflow.pyfunc.load_model(str(saved[0]))
     with pytest.raises(MlflowException, match=message):
         loaded.predict(frame)
-
-
-def test_load_artifacts_rejects_a_foreign_preprocessor(saved, tmp_path):
-    path = saved[0]
-    cfg = DataConfig(inputs=["memory"], vocab_size=5, bpe_merges=5, max_chains=4)
-    Preprocessor.fit({"one": 3, "two": 2, "three": 1}, cfg).save(tmp_path / "foreign.json")
-    with pytest.raises(ValueError, match="does not match the model's vocabulary"):
-        pyfunc_model.load_artifacts(path / "artifacts" / "weights.pt", path / "artifacts" / "model.json",
-                                    tmp_path / "foreign.json")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dynlm import checkpoint
+from dynlm import checkpoint, serving
 from dynlm.data.preprocessor import Preprocessor
-from pipelines import pyfunc_model, tracking
+from pipelines import tracking
 from pipelines.defaults import default_job
 from tiny_lm import make_prepared_folder, make_tiny_lm
 
@@ -52,8 +52,8 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
     ckpt = checkpoint.save(tmp_path / "ckpt" / "model.pt", model, model_cfg, spec)
     tracking.finish_training_run(run_id, ckpt.parent, prepared, [{"epoch": 0, "valid_ppl": 20.0}])
     assert tracking.register_and_promote(run_id, 20.0).promoted
-    expected = pyfunc_model.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
-                                            pyfunc_model.parse_input(TEXT))[0]
+    expected = serving.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
+                                       serving.parse_input(TEXT))[0]
 
     port = _free_port()
     bin_dir = Path(sys.executable).parent  # uvicorn is started by name: it must be on PATH

@@ -10,7 +10,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from dynlm import checkpoint
+from dynlm import checkpoint, promotion
 from pipelines import tracking
 from pipelines.defaults import default_job
 from tiny_lm import make_prepared_folder, make_tiny_lm
@@ -53,13 +53,6 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
     assert tracking.artifact_root(f"sqlite:///{tmp_path}/db/m.db") == (tmp_path / "db" / "mlartifacts").as_uri()
 
 
-def test_flatten_config():
-    flat = tracking.flatten_config({"model": {"dntm": {"merge_fn": "gru"}, "dim": 8},
-                                    "data": {"inputs": ["a", "b"], "x": None}})
-    assert flat == {"model.dntm.merge_fn": "gru", "model.dim": "8",
-                    "data.inputs": '["a", "b"]', "data.x": "null"}
-
-
 def test_one_run_per_training(tmp_path, mlflow_uri):
     job = _job(tmp_path)
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
@@ -73,7 +66,7 @@ def test_one_run_per_training(tmp_path, mlflow_uri):
     assert run.data.params["train.lr"] == str(job.train.lr)
     assert run.data.params["data.inputs"] == json.dumps([str(tmp_path / "corpus")])
     assert run.data.tags["data_hash"] == job.data.data_hash()
-    assert run.data.tags["valid_data_hash"] == tracking.valid_data_hash(prepared)
+    assert run.data.tags["valid_data_hash"] == promotion.valid_data_hash(prepared)
     assert run.data.tags["dynlm.kind"] == "training"
     assert run.data.tags["model_type"] == "dntm"
     history = client.get_metric_history(run_id, "valid_ppl")
@@ -118,33 +111,11 @@ def test_runs_are_found_by_tags_not_names(tmp_path, mlflow_uri):
         tracking.find_runs(experiment_id, {tracking.TAG_TRIAL_ID: "it's"})
 
 
-def test_promotion_policy_margin_is_relative():
-    decide = tracking.promotion_decision
-    # margin 0.25: the challenger must be below 75% of the champion's perplexity, at any scale
-    assert decide(29.99, "v", 40.0, "v", 0.25)[0] is True
-    assert decide(30.0, "v", 40.0, "v", 0.25)[0] is False  # 40 x 0.75 = 30: not strictly below
-    assert decide(299.0, "v", 400.0, "v", 0.25)[0] is True
-    assert decide(310.0, "v", 400.0, "v", 0.25)[0] is False  # 90 points better, but only 22.5%
-    promote, reason = decide(35.0, "v", 40.0, "v", 0.0)  # margin 0: strictly better is enough
-    assert promote is True and reason == ("valid_ppl 35.0000 beats champion ppl 40.0000 x (1 - margin 0) "
-                                          "= 40.0000 on validation v")
-    assert decide(40.0, "v", 40.0, "v", 0.0) == (
-        False, "valid_ppl 40.0000 does not beat champion ppl 40.0000 x (1 - margin 0) = 40.0000 on validation v")
-    assert decide(1e9, "v", None, None, 0.5) == (True, "there was no champion yet")
-    assert decide(float("nan"), "v", None, None, 0.0) == (False, "valid_ppl nan is not finite")
-    assert decide(float("inf"), "v", 40.0, "v", 0.0)[0] is False
-    promote, reason = decide(1.0, "b", 40.0, "a", 0.0)  # another validation set: never comparable
-    assert promote is False and "not comparable" in reason and "on a, the challenger on b" in reason
-    for margin in (-0.1, 1.0):
-        with pytest.raises(ValueError, match=r"margin must be in \[0, 1\)"):
-            decide(1.0, "v", 40.0, "v", margin)
-
-
 def test_champion_challenger(tmp_path, mlflow_uri):
     job = _job(tmp_path)
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
     prepared = make_prepared_folder(tmp_path / "prepared", pre)
-    data_hash, valid_hash = job.data.data_hash(), tracking.valid_data_hash(prepared)
+    data_hash, valid_hash = job.data.data_hash(), promotion.valid_data_hash(prepared)
     client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)  # the registry global may point elsewhere
     assert tracking.version_by_alias("dynlm-dntm", "champion") is None  # no registered model yet
 
@@ -176,7 +147,8 @@ def test_champion_challenger(tmp_path, mlflow_uri):
     assert client.get_run(better).data.tags["registered_version"] == "dynlm-dntm/4"
 
     # loading by alias gives the registered weights
-    model, model_cfg, spec, preprocessor = tracking.load_model("models:/dynlm-dntm@champion")
+    task, model, model_cfg, spec, preprocessor = tracking.load_model("models:/dynlm-dntm@champion")
+    assert task.name == "lm"
     assert model_cfg.type == "dntm" and spec == preprocessor.spec
     loaded, expected, old = model.state_dict(), better_model.state_dict(), first_model.state_dict()
     assert loaded.keys() == expected.keys()
@@ -201,20 +173,20 @@ def test_another_validation_set_is_never_promoted(tmp_path, mlflow_uri):
     valid_a = _prepared_with_valid_shard(tmp_path / "a", pre, b"valid documents A")
     valid_b = _prepared_with_valid_shard(tmp_path / "b", pre, b"valid documents B")
     same_bytes = _prepared_with_valid_shard(tmp_path / "a-copy", pre, b"valid documents A")
-    assert tracking.valid_data_hash(valid_a) != tracking.valid_data_hash(valid_b)
-    assert tracking.valid_data_hash(valid_a) == tracking.valid_data_hash(same_bytes)  # content, not path
+    assert promotion.valid_data_hash(valid_a) != promotion.valid_data_hash(valid_b)
+    assert promotion.valid_data_hash(valid_a) == promotion.valid_data_hash(same_bytes)  # content, not path
 
     champion, _ = _training(tmp_path, "champion", job, valid_a, seed=1, valid_ppls=[40.0])
     assert tracking.register_and_promote(champion, 40.0).promoted
     other, _ = _training(tmp_path, "other", job, valid_b, seed=2, valid_ppls=[5.0])
     result = tracking.register_and_promote(other, 5.0)
     assert (result.decision, result.champion_version) == ("rejected", "1")
-    assert "not comparable" in result.reason and tracking.valid_data_hash(valid_b) in result.reason
+    assert "not comparable" in result.reason and promotion.valid_data_hash(valid_b) in result.reason
     version = MlflowClient(mlflow_uri, mlflow_uri).get_model_version("dynlm-dntm", result.version)
     assert version.tags["data_hash"] == job.data.data_hash()  # the training data: the same
-    assert version.tags["valid_data_hash"] == tracking.valid_data_hash(valid_b)
+    assert version.tags["valid_data_hash"] == promotion.valid_data_hash(valid_b)
     # a caller that scored the champion on the challenger's validation set may promote
-    measured = tracking.register_and_promote(other, 5.0, champion=tracking.MeasuredChampion("1", 40.0),
+    measured = tracking.register_and_promote(other, 5.0, champion=promotion.MeasuredChampion("1", 40.0),
                                              valid_data_hash="fixed-set")
     assert measured.promoted and "on validation fixed-set" in measured.reason
     new = tracking.version_by_alias("dynlm-dntm", "champion")
@@ -265,7 +237,7 @@ def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_u
     # champion measured by the callers (retrain): the one that finds it moved refuses
     c, _ = _training(tmp_path, "c", job, prepared, seed=4, valid_ppls=[20.0])
     d, _ = _training(tmp_path, "d", job, prepared, seed=5, valid_ppls=[20.0])
-    measured = tracking.MeasuredChampion(winner.version, 30.0)
+    measured = promotion.MeasuredChampion(winner.version, 30.0)
     results = _concurrently([lambda run=run: tracking.register_and_promote(
         run, 20.0, champion=measured, valid_data_hash="fixed", before_promote=slow_promotion) for run in (c, d)])
     assert sorted(r.decision for r in results) == ["conflict", "promoted"]

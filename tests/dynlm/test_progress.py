@@ -1,0 +1,46 @@
+"""The training progress on the terminal: epoch lines, and the events an EpochBar draws."""
+
+from __future__ import annotations
+
+import io
+
+from dynlm.progress import EpochBar, format_epoch_line
+
+RECORD = {"epoch": 2, "train_loss": 1.23456, "train_ppl": 3.4367, "valid_ppl": 2.95,
+          "valid_ppl_first_mention": 5.44, "valid_ppl_reappearing": 2.91, "valid_ppl_after_entity": float("nan"),
+          "valid_ppl_oov": float("inf"), "train_tokens_per_s": 1587.6, "train_seconds": 22.71,
+          "stopped_early": 0.0}
+
+
+def test_format_epoch_line():
+    assert format_epoch_line(RECORD, 4) == (
+        "epoch 2/4  train loss 1.235 ppl 3.44 | valid ppl 2.95 (first mention 5.44, re-appearing 2.91, "
+        "after entity n/a, OOV n/a) | 1,588 tok/s, 22.7 s")
+    minimal = {k: RECORD[k] for k in ("epoch", "train_loss", "train_ppl", "valid_ppl", "train_tokens_per_s",
+                                      "train_seconds")}
+    assert format_epoch_line({**minimal, "stopped_early": 1.0}, 2) == (
+        "epoch 2/2  train loss 1.235 ppl 3.44 | valid ppl 2.95 | 1,588 tok/s, 22.7 s  (early stop)")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:  # tqdm draws only on a terminal
+        return True
+
+
+def test_epoch_bar_draws_steps_then_lines():
+    stream = Terminal()
+    bar = EpochBar(epochs=4, steps_per_epoch=10, stream=stream)
+    bar.show([("step", 2, 3, 2.5, 1234.0), ("step", 2, 25, 2.4, 1300.0)])
+    assert bar.bar.n == 10  # at most the estimated length
+    assert "epoch 2/4" in stream.getvalue() and "loss 2.400, 1,300 tok/s" in stream.getvalue()
+    bar.show([("epoch", RECORD), ("note", "[train] a note")])
+    assert bar.bar is None
+    assert stream.getvalue().splitlines()[-2:] == [format_epoch_line(RECORD, 4), "[train] a note"]
+
+
+def test_epoch_bar_off_a_terminal_prints_only_lines():
+    stream = io.StringIO()
+    bar = EpochBar(epochs=1, steps_per_epoch=0, stream=stream)
+    bar.show([("step", 1, 1, 2.5, 10.0), ("note", "done")])
+    bar.close()
+    assert stream.getvalue() == "done\n"
