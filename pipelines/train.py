@@ -48,7 +48,7 @@ from dynlm import storage
 from dynlm.config import Config
 from dynlm.data.batching import per_worker_batch_size
 from dynlm.data.prepared import PreparedData
-from dynlm.distributed import EveryParameterUsed, all_gather_strings
+from dynlm.distributed import all_gather_strings
 from dynlm.job import JobConfig, RunSettings
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
@@ -221,7 +221,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     core = task.build_model(job.model, spec)
     # One worker: no DDP, so no anchor needed (prepare_model only moves the model then).
-    model = ray.train.torch.prepare_model(EveryParameterUsed(core) if world > 1 else core)
+    model = ray.train.torch.prepare_model(task.wrap_for_ddp(core) if world > 1 else core)
     optimizer = build_optimizer(core, cfg)
     schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
                           total_steps=settings.total_steps)

@@ -26,6 +26,7 @@ from dynlm import storage
 from dynlm.data.fingerprint import input_listing
 from dynlm.data.schema import QUARANTINE_SCHEMA
 from dynlm.data.split import check_split_rule
+from dynlm.tasks import task_ref
 
 SPLITS = ("train", "valid", "test")
 ROWS_PER_SHARD = 256  # documents per Parquet file (fixed: part of the byte-identical output)
@@ -108,14 +109,14 @@ def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Tabl
                  rule: str, preprocessor_source: str) -> dict:
     """Write the shards, quarantine and preprocessor of a prepare into ``out``; the manifest
     (returned, written by the publisher) has the task's counts and what the key covers."""
-    preprocessor.save(out / PREPROCESSOR_FILE)
+    (out / PREPROCESSOR_FILE).write_text(preprocessor.to_json(), encoding="utf-8")
     files = {split: write_shards(splits[split], out / split, task.encoded_schema) for split in SPLITS}
     quarantine = meta.filter(pc.equal(meta["kind"], "quarantine")).select(
         ["source_file", "doc_id", "line", "reason"]).sort_by(
         [("source_file", "ascending"), ("line", "ascending"), ("doc_id", "ascending"), ("reason", "ascending")])
     files["quarantine"] = write_shards(quarantine, out / "quarantine", QUARANTINE_SCHEMA, max(1, quarantine.num_rows))
     return {
-        "task": task.name,
+        "task": task_ref(task),
         "config": cfg.to_dict(),
         "config_hash": cfg.data_hash(),
         "encoding_hash": cfg.encoding_hash(),

@@ -104,7 +104,7 @@ def derive(task, cfg, out: Path, sibling: PreparedData, share: Share) -> dict:
     manifest = sibling.manifest
     for name in sibling.shard_names():
         share(sibling, name)
-    task.derive_preprocessor(sibling.preprocessor, cfg).save(out / PREPROCESSOR_FILE)
+    (out / PREPROCESSOR_FILE).write_text(task.derive_preprocessor(sibling.preprocessor, cfg).to_json(), encoding="utf-8")
     seconds = round(time.perf_counter() - start, 3)
     return {**manifest, "config": cfg.to_dict(), "config_hash": cfg.data_hash(),
             "encoding_hash": cfg.encoding_hash(), "inputs": input_listing(cfg.inputs),

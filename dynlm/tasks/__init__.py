@@ -32,4 +32,13 @@ def get_task(name: str) -> Task:
     return TASKS[name]()
 
 
-__all__ = ["DEFAULT_TASK", "TASKS", "Task", "get_task"]
+def task_ref(task: Task) -> str:
+    """The name :func:`get_task` finds ``task`` by: its registry key, else ``module:Class``
+    (what prepared folders, checkpoints and logged models record)."""
+    task_cls = type(task)
+    if TASKS.get(task.name) is task_cls:
+        return task.name
+    return f"{task_cls.__module__}:{task_cls.__qualname__}"
+
+
+__all__ = ["DEFAULT_TASK", "TASKS", "Task", "get_task", "task_ref"]

@@ -160,6 +160,11 @@ class Task(ABC):
         if buffer:
             yield from self.batches(buffer, spec, batch_size, seed=seed + chunk)
 
+    def wrap_for_ddp(self, model) -> Any:
+        """The module DistributedDataParallel wraps on a multi-rank run: every parameter must
+        take part in every step's graph on every rank (default: the model itself)."""
+        return model
+
     def model_name(self, model_cfg) -> str:
         """The model family's short name: the registered model is ``dynlm-<model_name>``, run
         names start with it (default: the task name)."""

@@ -32,7 +32,7 @@ from dynlm.data.config import DataConfig
 from dynlm.data.parse_stage import PARSED_SCHEMA, parse_files
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA
-from dynlm.distributed import dummy_batch, pad_to_steps
+from dynlm.distributed import EveryParameterUsed, dummy_batch, pad_to_steps
 from dynlm.data.word_counts import count_train_words
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
@@ -113,6 +113,9 @@ class LMTask(Task):
 
     def pad_batch(self, batch, size: int, spec):
         return dummy_batch(spec, size) if batch is None else pad_to_steps(batch, size)
+
+    def wrap_for_ddp(self, model):
+        return EveryParameterUsed(model)  # a chunk without entities leaves the entity modules out
 
     def model_name(self, model_cfg: ModelConfig) -> str:
         return model_cfg.type  # rnn / dntm / dynamical: dynlm-rnn, dynlm-dntm, dynlm-dynamical

@@ -96,7 +96,7 @@ def open_prepared(root: str, spec, preprocessor):
 
     prepared = PreparedData.open(root)
     if preprocessor is not None:
-        same = prepared.preprocessor.to_dict() == preprocessor.to_dict()
+        same = prepared.preprocessor.to_json() == preprocessor.to_json()
     else:
         same = prepared.spec == spec
     if not same:
