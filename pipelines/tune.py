@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from dynlm import storage
-from pipelines.search_space import SearchSpace, apply_params, data_configs, describe, from_resolved
+from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, apply_params, check_trials_fit, data_configs, describe
+from dynlm.search.space_file import from_resolved
+from pipelines.search_space import scheduler, searcher, to_param_space
 
 SIDECAR = "dynlm_search.json"
 RESULTS_CSV = "tune_results.csv"
 RESULTS_PNG = "tune_results.png"
-DRIVER_RESOURCES = {"CPU": 0.01}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
+DRIVER_RESOURCES = {"CPU": TRIAL_DRIVER_CPUS}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
 
 
 @dataclass
@@ -203,32 +205,6 @@ def _derive_in_trial(cfg, context: dict):
 # ---------------------------------------------------------------------------------------------
 
 
-def _searcher(space: SearchSpace):
-    settings = space.tune
-    if settings.searcher == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
-
-        return OptunaSearch(metric=settings.metric, mode=settings.mode, seed=settings.seed)
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    # A BasicVariantGenerator instance ignores TuneConfig.max_concurrent_trials: set it here.
-    return BasicVariantGenerator(random_state=settings.seed, max_concurrent=settings.max_concurrent_trials)
-
-
-def _scheduler(space: SearchSpace):
-    if space.tune.scheduler == "fifo":
-        from ray.tune.schedulers import FIFOScheduler
-
-        return FIFOScheduler()
-    from ray.tune.schedulers import ASHAScheduler
-
-    # stop_last_trials=False: a trial that reaches max_t ends by itself. Stopping it at its last
-    # report would kill it before its run logs the model (a race the trial loses under load).
-    return ASHAScheduler(time_attr="training_iteration", max_t=space.max_epochs,
-                         grace_period=space.tune.grace_period,
-                         reduction_factor=space.tune.reduction_factor, stop_last_trials=False)
-
-
 def _trainable(context: dict):
     from ray import tune
 
@@ -239,33 +215,6 @@ def _init_ray() -> None:
     from pipelines.ray_env import init_ray
 
     init_ray()
-
-
-# Ray Data's file listing (the first task of every trial's training ingest) asks for a whole CPU
-# whatever the read's own ``num_cpus``: the trials must leave at least this much free.
-INGEST_FREE_CPUS = 1.0
-
-
-def check_trials_fit(space: SearchSpace, cluster_cpus: float) -> None:
-    """Fail at once when the concurrent trials would leave less than one CPU of this (single,
-    non-autoscaling) node free: every trial's ingest would then wait for a CPU forever.
-
-    Raises:
-        SearchSpaceError: naming the CPUs the trials reserve and the settings that fix it.
-    """
-    from pipelines.search_space import SearchSpaceError
-
-    run = space.base.run
-    per_trial = run.num_workers * run.cpus_per_worker + DRIVER_RESOURCES["CPU"]
-    concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
-    free = cluster_cpus - concurrent * per_trial
-    if free < INGEST_FREE_CPUS - 1e-9:
-        raise SearchSpaceError(
-            f"{concurrent} concurrent trials x {per_trial:g} CPU (run.num_workers={run.num_workers} x "
-            f"run.cpus_per_worker={run.cpus_per_worker:g} + {DRIVER_RESOURCES['CPU']:g} for the trial "
-            f"driver) leave {free:.2f} of this node's {cluster_cpus:g} CPUs free; Ray Data's ingest needs "
-            f"{INGEST_FREE_CPUS:g}, so the trials would wait forever. Lower run.cpus_per_worker or "
-            "tune.max_concurrent_trials")
 
 
 def _check_local_cluster(space: SearchSpace) -> None:
@@ -281,7 +230,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     """Run a whole search: prepare, tune, summarise, register the best model.
 
     Args:
-        space: a validated :class:`SearchSpace` (``load_search_space``).
+        space: a validated :class:`SearchSpace` (``dynlm.search.space_file.load_search_space``).
         experiment: Tune experiment name (folder under ``run.storage_path``); default
             ``tune-<space file stem>-<time>``.
     Returns:
@@ -308,10 +257,10 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
 
     tuner = tune.Tuner(
         _trainable(context),
-        param_space=_param_space(space),
+        param_space=to_param_space(space),
         tune_config=tune.TuneConfig(
             metric=space.tune.metric, mode=space.tune.mode, num_samples=space.tune.num_samples,
-            search_alg=_searcher(space), scheduler=_scheduler(space),
+            search_alg=searcher(space), scheduler=scheduler(space),
             max_concurrent_trials=space.tune.max_concurrent_trials if space.tune.searcher == "optuna" else None,
         ),
         run_config=tune.RunConfig(name=experiment, storage_path=base.run.storage_path, verbose=1,
@@ -349,7 +298,7 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
         raise FileNotFoundError(f"{exp_uri} has no Tune experiment state to restore")
     print(f"[tune] resuming {exp_uri}", flush=True)
     tuner = tune.Tuner.restore(exp_uri, trainable=_trainable(context), resume_unfinished=True,
-                               restart_errored=True, param_space=_param_space(space))
+                               restart_errored=True, param_space=to_param_space(space))
     return _finish(space, tuner, context, exp_uri, saved["tracking_uri"], time.time())
 
 
@@ -357,12 +306,6 @@ def _default_storage_uri() -> str:
     from pipelines.defaults import load_job
 
     return load_job(None).run.storage_uri()  # honours $DYNLM_STORAGE_PATH
-
-
-def _param_space(space: SearchSpace) -> dict:
-    from pipelines.search_space import to_param_space
-
-    return to_param_space(space)
 
 
 def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, start: float) -> SearchResult:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from dynlm.search.space_file import from_mapping
 from pipelines.cli import main
-from pipelines.search_space import from_mapping
+from pipelines.defaults import default_job
 from pipelines.tune import (TrialSummary, error_line, format_table, plot_results, results_csv, resume_search,
                             run_search)
 
@@ -60,7 +61,7 @@ def _space(tmp_path, synth_dir, search, base=None, **tune):
         "search": search,
         "tune": {"max_concurrent_trials": 2, "grace_period": 1, "seed": 0, **tune},
     }
-    return from_mapping(raw, source="test_space.yaml")
+    return from_mapping(raw, base_job=default_job(), source="test_space.yaml")
 
 
 def _child_runs(client: MlflowClient, parent_run_id: str):
@@ -86,8 +87,6 @@ def _wait_for_idle_cluster(ray, timeout_s: float = 30.0) -> None:
 
 
 def test_results_table_csv_and_plot(tmp_path):
-    from pipelines.defaults import default_job
-
     trials = [
         TrialSummary("t0", {"data.bpe_merges": 0, "model.dntm.merge_fn": "max"}, "TERMINATED", 41.25, 2, 10.0, "r0", "FINISHED"),
         TrialSummary("t1", {"data.bpe_merges": 50, "model.dntm.merge_fn": "gru"}, "TERMINATED", 38.5, 1, 5.5, "r1", "KILLED"),
@@ -321,17 +320,3 @@ def test_error_line_unwraps_ray_errors():
     assert error_line(grouped) == "KeyError: 'first rank'"
     assert error_line(None) is None
 
-
-def test_trials_that_leave_no_cpu_for_the_ingest_are_refused():
-    """2 trials x (0.5 + 0.01) CPU on 2 cores left 0.98 CPU: Ray Data's 1-CPU listing task of
-    every trial's ingest waited forever (the shipped quickstart did, before it asked 0.4)."""
-    from pipelines.search_space import SearchSpaceError, load_search_space
-    from pipelines.tune import check_trials_fit
-
-    shipped = load_search_space(QUICKSTART, [])
-    check_trials_fit(shipped, 2.0)  # 2 x 0.41 leaves 1.18
-    greedy = load_search_space(QUICKSTART, ["run.cpus_per_worker=0.5"])
-    with pytest.raises(SearchSpaceError, match=r"2 concurrent trials x 0.51 CPU .* leave 0.98 of this node's 2 CPUs"):
-        check_trials_fit(greedy, 2.0)
-    check_trials_fit(load_search_space(QUICKSTART, ["run.cpus_per_worker=0.5", "tune.max_concurrent_trials=1"]), 2.0)
-    check_trials_fit(greedy, 4.0)
