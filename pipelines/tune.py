@@ -26,16 +26,15 @@ resolved space, the prepared folders and the MLflow parent run are kept next to 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dynlm import storage
+from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
+from dynlm.search.report import results_csv, results_figure
 from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, apply_params, check_trials_fit, data_configs, describe
 from dynlm.search.space_file import from_resolved
 from pipelines.search_space import scheduler, searcher, to_param_space
@@ -44,21 +43,6 @@ SIDECAR = "dynlm_search.json"
 RESULTS_CSV = "tune_results.csv"
 RESULTS_PNG = "tune_results.png"
 DRIVER_RESOURCES = {"CPU": TRIAL_DRIVER_CPUS}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
-
-
-@dataclass
-class TrialSummary:
-    """One row of the results table."""
-
-    trial_id: str
-    params: dict[str, Any]
-    status: str  # Tune's trial status: TERMINATED | ERROR | RUNNING | PENDING ...
-    best_valid_ppl: float  # min over the trial's reports (nan: none)
-    epochs: int  # reports (= epochs) the trial made before it ended or ASHA stopped it
-    time_s: float
-    run_id: str | None  # the MLflow child run that finished (None: none finished)
-    run_status: str | None  # MLflow status of that run
-    error: str | None = None  # first line of the trial's error (status ERROR)
 
 
 @dataclass
@@ -329,10 +313,8 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
               f"Resume with: dynlm tune --resume {exp_uri}", flush=True)
         return result
 
-    finished = [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
-    result.num_finished = len(finished)
-    sign = 1.0 if space.tune.mode == "min" else -1.0
-    result.best = min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
+    result.num_finished = len(finished_trials(trials))
+    result.best = best_trial(trials, space.tune.mode)
     result.artifacts = log_results(parent_run_id, trials, context["search_keys"], space.base, uri)
     tracking.log_metrics(parent_run_id, {"search_wall_s": wall, "num_trials": len(trials)}, tracking_uri=uri)
     _report_failures(trials, parent_run_id, uri)
@@ -349,7 +331,7 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
               f"({result.registration.reason})", flush=True)
     else:
         print("[tune] no trial finished training; nothing registered", flush=True)
-    tracking.end_run(parent_run_id, "FINISHED" if finished else "FAILED", tracking_uri=uri)
+    tracking.end_run(parent_run_id, "FINISHED" if result.num_finished else "FAILED", tracking_uri=uri)
     return result
 
 
@@ -367,24 +349,6 @@ def _report_failures(trials: list[TrialSummary], parent_run_id: str, uri: str) -
     tracking.set_tags(parent_run_id, {"dynlm.failed_trials": "\n".join(f"{t.trial_id}: {t.error}"
                                                                          for t in failed)[:5000]},
                       tracking_uri=uri)
-
-
-def error_line(error: BaseException | None) -> str | None:
-    """``Type: first line of the message`` of a trial's error, unwrapped from Ray's wrappers."""
-    if error is None:
-        return None
-    cause, seen = error, set()
-    while id(cause) not in seen:
-        seen.add(id(cause))
-        failures = getattr(cause, "worker_failures", None)  # Train's WorkerGroupError: {rank: exc}
-        if failures:
-            cause = failures[min(failures)]
-        elif isinstance(getattr(cause, "cause", None), BaseException):  # RayTaskError
-            cause = cause.cause
-        elif isinstance(cause.__cause__, BaseException):  # raise ... from exc
-            cause = cause.__cause__
-    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
-    return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,64 +435,10 @@ def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
     return rows
 
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def format_table(trials: list[TrialSummary], keys: list[str]) -> str:
-    """The results table as aligned text (trial, settings, best valid ppl, epochs, time)."""
-    header = ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
-    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_ppl:.3f}",
-             str(t.epochs), f"{t.time_s:.1f}", t.status] for t in trials]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *body])
-
-
-def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status", "run_id"])
-    for t in trials:
-        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_ppl, t.epochs,
-                         round(t.time_s, 3), t.status, t.run_id or ""])
-    return out.getvalue()
-
-
-def plot_results(trials: list[TrialSummary], base):
-    """A figure: valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn."""
-    from pipelines.tracking import pyplot
-
-    plt = pyplot()
-
-    def value(t: TrialSummary, key: str, default: Any) -> Any:
-        return t.params[key] if t.params.get(key) is not None else default
-
-    points = [t for t in trials if math.isfinite(t.best_valid_ppl)]
-    merge_fns = sorted({str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) for t in points})
-    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(merge_fns)}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for axis, key, default in ((axes[0], "data.bpe_merges", base.data.bpe_merges),
-                               (axes[1], "data.gamma", base.data.gamma)):
-        for merge_fn in merge_fns:
-            group = [t for t in points if str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) == merge_fn]
-            axis.scatter([value(t, key, default) for t in group], [t.best_valid_ppl for t in group],
-                         color=colours[merge_fn], label=f"merge_fn={merge_fn}", s=30)
-        axis.set_xlabel(key)
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("best valid perplexity")
-    if merge_fns:
-        axes[1].legend(fontsize=8)
-    fig.suptitle(f"{len(points)} trials")
-    fig.tight_layout()
-    return fig
-
-
 def log_results(parent_run_id: str, trials: list[TrialSummary], keys: list[str], base, uri: str) -> dict:
     """Log ``tune_results.csv`` and ``tune_results.png`` on the parent run; return their names."""
     from pipelines import tracking
 
     tracking.log_text(parent_run_id, results_csv(trials, keys), RESULTS_CSV, tracking_uri=uri)
-    tracking.log_figure(parent_run_id, plot_results(trials, base), RESULTS_PNG, tracking_uri=uri)
+    tracking.log_figure(parent_run_id, results_figure(trials, base), RESULTS_PNG, tracking_uri=uri)
     return {"csv": RESULTS_CSV, "png": RESULTS_PNG}
