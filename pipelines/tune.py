@@ -35,8 +35,9 @@ from typing import Any
 from dynlm import storage
 from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
 from dynlm.search.report import results_csv, results_figure
-from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, apply_params, check_trials_fit, data_configs, describe
+from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, check_trials_fit, data_configs, describe
 from dynlm.search.space_file import from_resolved
+from dynlm.search.trials import trial_job, trials_base
 from pipelines.search_space import scheduler, searcher, to_param_space
 
 SIDECAR = "dynlm_search.json"
@@ -100,32 +101,9 @@ def prepare_all(space: SearchSpace) -> dict[str, str]:
     return roots
 
 
-def _absolute_base(space: SearchSpace, tracking: str) -> Any:
-    """The base job with every local path absolute (trials run in other working directories)."""
-    base = space.base
-    data = base.data.to_dict()
-    data["inputs"] = [storage.absolute(p) for p in data["inputs"]]
-    data["output_root"] = storage.absolute(data["output_root"])
-    run = base.run.to_dict()
-    run["storage_path"] = base.run.storage_uri()
-    run["tracking_uri"] = tracking
-    return base.replace(data=data, run=run)
-
-
 # ---------------------------------------------------------------------------------------------
 # The trial
 # ---------------------------------------------------------------------------------------------
-
-
-def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
-    """The JobConfig of one trial: base + sampled params, never registering on its own."""
-    from dynlm.job import JobConfig
-
-    base = JobConfig.from_dict(context["base"])
-    job = apply_params(base, {key: config[key] for key in context["search_keys"]})
-    run = job.run.to_dict()
-    run.update(name=f"{context['experiment']}-{trial_id}-{stamp}", register=False, resume=False)
-    return job.replace(run=run)
 
 
 def _finished_run_of(trial_id: str, context: dict):
@@ -133,7 +111,7 @@ def _finished_run_of(trial_id: str, context: dict):
     have finished its training: Tune saved it as unfinished), or None."""
     from pipelines import tracking
 
-    uri = context["base"]["run"]["tracking_uri"]  # set by _absolute_base
+    uri = context["base"]["run"]["tracking_uri"]  # set by trials_base
     runs = [run for run in _child_runs(context["parent_run_id"], uri, status="FINISHED",
                                        **{tracking.TAG_TRIAL_ID: trial_id})
             if "best_valid_ppl" in run.data.metrics]
@@ -162,7 +140,8 @@ def train_driver_fn(config: dict, context: dict) -> None:
         metrics = done.data.metrics
         tune.report({"valid_ppl": float(metrics["best_valid_ppl"]), "epoch": metrics.get("epochs_completed", 0)})
         return
-    job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
+    params = {key: config[key] for key in context["search_keys"]}
+    job = trial_job(context["base"], params, f"{context['experiment']}-{trial_id}-{time.strftime('%H%M%S')}")
     root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
@@ -228,7 +207,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     _check_local_cluster(space)
     print(describe(space), flush=True)
     uri = tracking.tracking_uri(space.base.run.tracking_uri)
-    base = _absolute_base(space, uri)
+    base = trials_base(space, uri)
     experiment = experiment or f"tune-{Path(space.source).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     exp_uri = experiment_uri(base.run.storage_path, experiment)
 
