@@ -45,8 +45,10 @@ def main() -> None:
 
     from dynlm.data.prepared import PreparedData
     from dynlm.data.synth import SynthConfig, write_conll
+    from dynlm.search.space import apply_params
+    from dynlm.search.space_file import from_mapping
     from pipelines import tracking
-    from pipelines.search_space import apply_params, from_mapping
+    from pipelines.defaults import default_job
     from pipelines.train import run_training
     from pipelines.tune import prepare_all, run_search
 
@@ -66,7 +68,7 @@ def main() -> None:
         "search": {"data.bpe_merges": {"grid": [0, 50]}, "model.dntm.merge_fn": {"grid": ["max", "latest"]}},
         "tune": {"num_samples": 1, "searcher": "grid", "scheduler": "fifo",
                  "max_concurrent_trials": args.concurrency},
-    }, source="bench_tune")
+    }, base_job=default_job(), source="bench_tune")
     prepared = prepare_all(space)  # not timed: both sides read the same prepared folders
 
     start = time.perf_counter()

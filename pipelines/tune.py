@@ -26,37 +26,24 @@ resolved space, the prepared folders and the MLflow parent run are kept next to 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dynlm import storage
-from pipelines.search_space import SearchSpace, apply_params, data_configs, describe, from_resolved
+from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
+from dynlm.search.report import results_csv, results_figure
+from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, check_trials_fit, data_configs, describe
+from dynlm.search.space_file import from_resolved
+from dynlm.search.trials import trial_job, trials_base
+from pipelines.search_space import scheduler, searcher, to_param_space
 
 SIDECAR = "dynlm_search.json"
 RESULTS_CSV = "tune_results.csv"
 RESULTS_PNG = "tune_results.png"
-DRIVER_RESOURCES = {"CPU": 0.01}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
-
-
-@dataclass
-class TrialSummary:
-    """One row of the results table."""
-
-    trial_id: str
-    params: dict[str, Any]
-    status: str  # Tune's trial status: TERMINATED | ERROR | RUNNING | PENDING ...
-    best_valid_ppl: float  # min over the trial's reports (nan: none)
-    epochs: int  # reports (= epochs) the trial made before it ended or ASHA stopped it
-    time_s: float
-    run_id: str | None  # the MLflow child run that finished (None: none finished)
-    run_status: str | None  # MLflow status of that run
-    error: str | None = None  # first line of the trial's error (status ERROR)
+DRIVER_RESOURCES = {"CPU": TRIAL_DRIVER_CPUS}  # {"CPU": 0} is rejected by Ray; the trainer takes the rest
 
 
 @dataclass
@@ -114,32 +101,9 @@ def prepare_all(space: SearchSpace) -> dict[str, str]:
     return roots
 
 
-def _absolute_base(space: SearchSpace, tracking: str) -> Any:
-    """The base job with every local path absolute (trials run in other working directories)."""
-    base = space.base
-    data = base.data.to_dict()
-    data["inputs"] = [storage.absolute(p) for p in data["inputs"]]
-    data["output_root"] = storage.absolute(data["output_root"])
-    run = base.run.to_dict()
-    run["storage_path"] = base.run.storage_uri()
-    run["tracking_uri"] = tracking
-    return base.replace(data=data, run=run)
-
-
 # ---------------------------------------------------------------------------------------------
 # The trial
 # ---------------------------------------------------------------------------------------------
-
-
-def trial_job(context: dict, config: dict, trial_id: str, stamp: str) -> Any:
-    """The JobConfig of one trial: base + sampled params, never registering on its own."""
-    from dynlm.job import JobConfig
-
-    base = JobConfig.from_dict(context["base"])
-    job = apply_params(base, {key: config[key] for key in context["search_keys"]})
-    run = job.run.to_dict()
-    run.update(name=f"{context['experiment']}-{trial_id}-{stamp}", register=False, resume=False)
-    return job.replace(run=run)
 
 
 def _finished_run_of(trial_id: str, context: dict):
@@ -147,7 +111,7 @@ def _finished_run_of(trial_id: str, context: dict):
     have finished its training: Tune saved it as unfinished), or None."""
     from pipelines import tracking
 
-    uri = context["base"]["run"]["tracking_uri"]  # set by _absolute_base
+    uri = context["base"]["run"]["tracking_uri"]  # set by trials_base
     runs = [run for run in _child_runs(context["parent_run_id"], uri, status="FINISHED",
                                        **{tracking.TAG_TRIAL_ID: trial_id})
             if "best_valid_ppl" in run.data.metrics]
@@ -176,7 +140,8 @@ def train_driver_fn(config: dict, context: dict) -> None:
         metrics = done.data.metrics
         tune.report({"valid_ppl": float(metrics["best_valid_ppl"]), "epoch": metrics.get("epochs_completed", 0)})
         return
-    job = trial_job(context, config, trial_id, time.strftime("%H%M%S"))
+    params = {key: config[key] for key in context["search_keys"]}
+    job = trial_job(context["base"], params, f"{context['experiment']}-{trial_id}-{time.strftime('%H%M%S')}")
     root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
@@ -203,32 +168,6 @@ def _derive_in_trial(cfg, context: dict):
 # ---------------------------------------------------------------------------------------------
 
 
-def _searcher(space: SearchSpace):
-    settings = space.tune
-    if settings.searcher == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
-
-        return OptunaSearch(metric=settings.metric, mode=settings.mode, seed=settings.seed)
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    # A BasicVariantGenerator instance ignores TuneConfig.max_concurrent_trials: set it here.
-    return BasicVariantGenerator(random_state=settings.seed, max_concurrent=settings.max_concurrent_trials)
-
-
-def _scheduler(space: SearchSpace):
-    if space.tune.scheduler == "fifo":
-        from ray.tune.schedulers import FIFOScheduler
-
-        return FIFOScheduler()
-    from ray.tune.schedulers import ASHAScheduler
-
-    # stop_last_trials=False: a trial that reaches max_t ends by itself. Stopping it at its last
-    # report would kill it before its run logs the model (a race the trial loses under load).
-    return ASHAScheduler(time_attr="training_iteration", max_t=space.max_epochs,
-                         grace_period=space.tune.grace_period,
-                         reduction_factor=space.tune.reduction_factor, stop_last_trials=False)
-
-
 def _trainable(context: dict):
     from ray import tune
 
@@ -239,33 +178,6 @@ def _init_ray() -> None:
     from pipelines.ray_env import init_ray
 
     init_ray()
-
-
-# Ray Data's file listing (the first task of every trial's training ingest) asks for a whole CPU
-# whatever the read's own ``num_cpus``: the trials must leave at least this much free.
-INGEST_FREE_CPUS = 1.0
-
-
-def check_trials_fit(space: SearchSpace, cluster_cpus: float) -> None:
-    """Fail at once when the concurrent trials would leave less than one CPU of this (single,
-    non-autoscaling) node free: every trial's ingest would then wait for a CPU forever.
-
-    Raises:
-        SearchSpaceError: naming the CPUs the trials reserve and the settings that fix it.
-    """
-    from pipelines.search_space import SearchSpaceError
-
-    run = space.base.run
-    per_trial = run.num_workers * run.cpus_per_worker + DRIVER_RESOURCES["CPU"]
-    concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
-    free = cluster_cpus - concurrent * per_trial
-    if free < INGEST_FREE_CPUS - 1e-9:
-        raise SearchSpaceError(
-            f"{concurrent} concurrent trials x {per_trial:g} CPU (run.num_workers={run.num_workers} x "
-            f"run.cpus_per_worker={run.cpus_per_worker:g} + {DRIVER_RESOURCES['CPU']:g} for the trial "
-            f"driver) leave {free:.2f} of this node's {cluster_cpus:g} CPUs free; Ray Data's ingest needs "
-            f"{INGEST_FREE_CPUS:g}, so the trials would wait forever. Lower run.cpus_per_worker or "
-            "tune.max_concurrent_trials")
 
 
 def _check_local_cluster(space: SearchSpace) -> None:
@@ -281,7 +193,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     """Run a whole search: prepare, tune, summarise, register the best model.
 
     Args:
-        space: a validated :class:`SearchSpace` (``load_search_space``).
+        space: a validated :class:`SearchSpace` (``dynlm.search.space_file.load_search_space``).
         experiment: Tune experiment name (folder under ``run.storage_path``); default
             ``tune-<space file stem>-<time>``.
     Returns:
@@ -295,7 +207,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     _check_local_cluster(space)
     print(describe(space), flush=True)
     uri = tracking.tracking_uri(space.base.run.tracking_uri)
-    base = _absolute_base(space, uri)
+    base = trials_base(space, uri)
     experiment = experiment or f"tune-{Path(space.source).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     exp_uri = experiment_uri(base.run.storage_path, experiment)
 
@@ -308,10 +220,10 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
 
     tuner = tune.Tuner(
         _trainable(context),
-        param_space=_param_space(space),
+        param_space=to_param_space(space),
         tune_config=tune.TuneConfig(
             metric=space.tune.metric, mode=space.tune.mode, num_samples=space.tune.num_samples,
-            search_alg=_searcher(space), scheduler=_scheduler(space),
+            search_alg=searcher(space), scheduler=scheduler(space),
             max_concurrent_trials=space.tune.max_concurrent_trials if space.tune.searcher == "optuna" else None,
         ),
         run_config=tune.RunConfig(name=experiment, storage_path=base.run.storage_path, verbose=1,
@@ -349,7 +261,7 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
         raise FileNotFoundError(f"{exp_uri} has no Tune experiment state to restore")
     print(f"[tune] resuming {exp_uri}", flush=True)
     tuner = tune.Tuner.restore(exp_uri, trainable=_trainable(context), resume_unfinished=True,
-                               restart_errored=True, param_space=_param_space(space))
+                               restart_errored=True, param_space=to_param_space(space))
     return _finish(space, tuner, context, exp_uri, saved["tracking_uri"], time.time())
 
 
@@ -357,12 +269,6 @@ def _default_storage_uri() -> str:
     from pipelines.defaults import load_job
 
     return load_job(None).run.storage_uri()  # honours $DYNLM_STORAGE_PATH
-
-
-def _param_space(space: SearchSpace) -> dict:
-    from pipelines.search_space import to_param_space
-
-    return to_param_space(space)
 
 
 def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, start: float) -> SearchResult:
@@ -386,10 +292,8 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
               f"Resume with: dynlm tune --resume {exp_uri}", flush=True)
         return result
 
-    finished = [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
-    result.num_finished = len(finished)
-    sign = 1.0 if space.tune.mode == "min" else -1.0
-    result.best = min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
+    result.num_finished = len(finished_trials(trials))
+    result.best = best_trial(trials, space.tune.mode)
     result.artifacts = log_results(parent_run_id, trials, context["search_keys"], space.base, uri)
     tracking.log_metrics(parent_run_id, {"search_wall_s": wall, "num_trials": len(trials)}, tracking_uri=uri)
     _report_failures(trials, parent_run_id, uri)
@@ -406,7 +310,7 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
               f"({result.registration.reason})", flush=True)
     else:
         print("[tune] no trial finished training; nothing registered", flush=True)
-    tracking.end_run(parent_run_id, "FINISHED" if finished else "FAILED", tracking_uri=uri)
+    tracking.end_run(parent_run_id, "FINISHED" if result.num_finished else "FAILED", tracking_uri=uri)
     return result
 
 
@@ -424,24 +328,6 @@ def _report_failures(trials: list[TrialSummary], parent_run_id: str, uri: str) -
     tracking.set_tags(parent_run_id, {"dynlm.failed_trials": "\n".join(f"{t.trial_id}: {t.error}"
                                                                          for t in failed)[:5000]},
                       tracking_uri=uri)
-
-
-def error_line(error: BaseException | None) -> str | None:
-    """``Type: first line of the message`` of a trial's error, unwrapped from Ray's wrappers."""
-    if error is None:
-        return None
-    cause, seen = error, set()
-    while id(cause) not in seen:
-        seen.add(id(cause))
-        failures = getattr(cause, "worker_failures", None)  # Train's WorkerGroupError: {rank: exc}
-        if failures:
-            cause = failures[min(failures)]
-        elif isinstance(getattr(cause, "cause", None), BaseException):  # RayTaskError
-            cause = cause.cause
-        elif isinstance(cause.__cause__, BaseException):  # raise ... from exc
-            cause = cause.__cause__
-    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
-    return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,64 +414,10 @@ def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
     return rows
 
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def format_table(trials: list[TrialSummary], keys: list[str]) -> str:
-    """The results table as aligned text (trial, settings, best valid ppl, epochs, time)."""
-    header = ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
-    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_ppl:.3f}",
-             str(t.epochs), f"{t.time_s:.1f}", t.status] for t in trials]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *body])
-
-
-def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status", "run_id"])
-    for t in trials:
-        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_ppl, t.epochs,
-                         round(t.time_s, 3), t.status, t.run_id or ""])
-    return out.getvalue()
-
-
-def plot_results(trials: list[TrialSummary], base):
-    """A figure: valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn."""
-    from pipelines.tracking import pyplot
-
-    plt = pyplot()
-
-    def value(t: TrialSummary, key: str, default: Any) -> Any:
-        return t.params[key] if t.params.get(key) is not None else default
-
-    points = [t for t in trials if math.isfinite(t.best_valid_ppl)]
-    merge_fns = sorted({str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) for t in points})
-    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(merge_fns)}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for axis, key, default in ((axes[0], "data.bpe_merges", base.data.bpe_merges),
-                               (axes[1], "data.gamma", base.data.gamma)):
-        for merge_fn in merge_fns:
-            group = [t for t in points if str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn)) == merge_fn]
-            axis.scatter([value(t, key, default) for t in group], [t.best_valid_ppl for t in group],
-                         color=colours[merge_fn], label=f"merge_fn={merge_fn}", s=30)
-        axis.set_xlabel(key)
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("best valid perplexity")
-    if merge_fns:
-        axes[1].legend(fontsize=8)
-    fig.suptitle(f"{len(points)} trials")
-    fig.tight_layout()
-    return fig
-
-
 def log_results(parent_run_id: str, trials: list[TrialSummary], keys: list[str], base, uri: str) -> dict:
     """Log ``tune_results.csv`` and ``tune_results.png`` on the parent run; return their names."""
     from pipelines import tracking
 
     tracking.log_text(parent_run_id, results_csv(trials, keys), RESULTS_CSV, tracking_uri=uri)
-    tracking.log_figure(parent_run_id, plot_results(trials, base), RESULTS_PNG, tracking_uri=uri)
+    tracking.log_figure(parent_run_id, results_figure(trials, base), RESULTS_PNG, tracking_uri=uri)
     return {"csv": RESULTS_CSV, "png": RESULTS_PNG}

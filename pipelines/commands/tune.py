@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from dynlm.job import with_storage_env
-    from pipelines.search_space import SearchSpaceError, load_search_space
+    from dynlm.search.space import SearchSpaceError
+    from dynlm.search.space_file import load_search_space
+    from pipelines.defaults import default_job
     from pipelines.tune import resume_search, run_search
 
     if bool(args.space) == bool(args.resume):
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tracking_uri:
             overrides.append(f"run.tracking_uri={args.tracking_uri}")
         try:
-            space = load_search_space(args.space, overrides)  # every error before Ray starts
+            space = load_search_space(args.space, overrides, base_job=default_job())  # every error before Ray starts
             result = run_search(space, experiment=args.name)  # or before any trial (resources)
         except SearchSpaceError as exc:
             print(f"dynlm tune: {exc}", file=sys.stderr)

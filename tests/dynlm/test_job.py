@@ -124,7 +124,7 @@ def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
 def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
     from dynlm.job import STORAGE_ENV, with_storage_env
     from pipelines.retrain import RetrainConfig, challenger_job
-    from pipelines.search_space import load_search_space
+    from dynlm.search.space_file import load_search_space
     from pipelines.tune import _default_storage_uri
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)
@@ -140,7 +140,7 @@ def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
     args = build_parser().parse_args(["run", "--set", f"run.storage_path={tmp_path}"])
     assert load_job(args.config, args.overrides).run.storage_path == str(tmp_path)
     # tune: the space's base job, and where --resume looks for an experiment by name
-    space = load_search_space(REPO / "tune_spaces" / "quickstart.yaml", with_storage_env([]))
+    space = load_search_space(REPO / "tune_spaces" / "quickstart.yaml", with_storage_env([]), base_job=default_job())
     assert space.base.run.storage_path == "s3://bucket/dynlm"
     assert _default_storage_uri() == "s3://bucket/dynlm"
     # retrain: the challenger's job (the champion's job had its own storage path)

@@ -1,0 +1,126 @@
+"""What a finished search reports: one :class:`TrialSummary` per trial, the results table (text
+and CSV), the results figure, the best trial, and the first line of a trial's error.
+
+matplotlib is imported inside :func:`results_figure` and the figure is a
+``matplotlib.figure.Figure`` built without pyplot (as in ``dynlm/tasks/lm_figure.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class TrialSummary:
+    """One row of the results table."""
+
+    trial_id: str
+    params: dict[str, Any]
+    status: str  # Tune's trial status: TERMINATED | ERROR | RUNNING | PENDING ...
+    best_valid_ppl: float  # min over the trial's reports (nan: none)
+    epochs: int  # reports (= epochs) the trial made before it ended or ASHA stopped it
+    time_s: float
+    run_id: str | None  # the MLflow child run that finished (None: none finished)
+    run_status: str | None  # MLflow status of that run
+    error: str | None = None  # first line of the trial's error (status ERROR)
+
+
+def finished_trials(trials: list[TrialSummary]) -> list[TrialSummary]:
+    """The trials whose run FINISHED with a (finite) validation perplexity."""
+    return [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
+
+
+def best_trial(trials: list[TrialSummary], mode: str) -> TrialSummary | None:
+    """The finished trial with the lowest (``mode="min"``) or highest (``"max"``) perplexity."""
+    finished = finished_trials(trials)
+    sign = 1.0 if mode == "min" else -1.0
+    return min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
+
+
+def error_line(error: BaseException | None) -> str | None:
+    """``Type: first line of the message`` of a trial's error, unwrapped from its wrappers: a
+    ``worker_failures`` mapping ``{rank: exception}`` (Ray Train's WorkerGroupError; the lowest
+    rank wins), a ``cause`` exception (RayTaskError) and ``raise ... from exc``."""
+    if error is None:
+        return None
+    cause, seen = error, set()
+    while id(cause) not in seen:
+        seen.add(id(cause))
+        failures = getattr(cause, "worker_failures", None)
+        if failures:
+            cause = failures[min(failures)]
+        elif isinstance(getattr(cause, "cause", None), BaseException):
+            cause = cause.cause
+        elif isinstance(cause.__cause__, BaseException):
+            cause = cause.__cause__
+    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(trials: list[TrialSummary], keys: list[str]) -> str:
+    """The results table as aligned text (trial, settings, best valid ppl, epochs, time)."""
+    header = ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
+    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_ppl:.3f}",
+             str(t.epochs), f"{t.time_s:.1f}", t.status] for t in trials]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *body])
+
+
+def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
+    """The results table as CSV (with the MLflow run id of each trial)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status", "run_id"])
+    for t in trials:
+        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_ppl, t.epochs,
+                         round(t.time_s, 3), t.status, t.run_id or ""])
+    return out.getvalue()
+
+
+def results_figure(trials: list[TrialSummary], base):
+    """Valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn.
+
+    Args:
+        trials: the search's trials (those without a finite perplexity are left out).
+        base: the base JobConfig (the value of a setting a trial did not search).
+    Returns:
+        A ``matplotlib.figure.Figure`` of 10 x 4 inches.
+    """
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    def value(t: TrialSummary, key: str, default: Any) -> Any:
+        return t.params[key] if t.params.get(key) is not None else default
+
+    def merge_fn(t: TrialSummary) -> str:
+        return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
+
+    points = [t for t in trials if math.isfinite(t.best_valid_ppl)]
+    merge_fns = sorted({merge_fn(t) for t in points})
+    colours = {m: matplotlib.colormaps["tab10"](i % 10) for i, m in enumerate(merge_fns)}
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2, sharey=True)
+    for axis, key, default in ((axes[0], "data.bpe_merges", base.data.bpe_merges),
+                               (axes[1], "data.gamma", base.data.gamma)):
+        for name in merge_fns:
+            group = [t for t in points if merge_fn(t) == name]
+            axis.scatter([value(t, key, default) for t in group], [t.best_valid_ppl for t in group],
+                         color=colours[name], label=f"merge_fn={name}", s=30)
+        axis.set_xlabel(key)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("best valid perplexity")
+    if merge_fns:
+        axes[1].legend(fontsize=8)
+    fig.suptitle(f"{len(points)} trials")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,92 @@
+"""The results of a search: table, CSV, figure, best trial and the first line of a trial's error."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from dynlm.search.report import (
+    TrialSummary,
+    best_trial,
+    error_line,
+    finished_trials,
+    format_table,
+    results_csv,
+    results_figure,
+)
+from pipelines.defaults import default_job
+
+KEYS = ["data.bpe_merges", "model.dntm.merge_fn"]
+
+
+@pytest.fixture
+def trials() -> list[TrialSummary]:
+    return [
+        TrialSummary("t0", {"data.bpe_merges": 0, "model.dntm.merge_fn": "max"}, "TERMINATED", 41.25, 2, 10.0, "r0", "FINISHED"),
+        TrialSummary("t1", {"data.bpe_merges": 50, "model.dntm.merge_fn": "gru"}, "TERMINATED", 38.5, 1, 5.5, "r1", "KILLED"),
+        TrialSummary("t2", {"data.bpe_merges": 50, "model.dntm.merge_fn": "max"}, "ERROR", float("nan"), 0, 1.0, None, None),
+    ]
+
+
+def test_results_table_and_csv(trials):
+    lines = format_table(trials, KEYS).splitlines()
+    assert lines[0].split() == ["trial", *KEYS, "best_valid_ppl", "epochs", "time_s", "status"]
+    assert lines[1].split() == ["t0", "0", "max", "41.250", "2", "10.0", "TERMINATED"]
+    rows = list(csv.DictReader(io.StringIO(results_csv(trials, KEYS))))
+    assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
+    assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
+
+
+def test_results_figure(trials, tmp_path):
+    png = tmp_path / "plot.png"
+    results_figure(trials, default_job()).savefig(png, dpi=100)  # what log_figure stores
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(png)
+    assert pixels.shape[:2] == (400, 1000)  # figsize (10, 4) at 100 dpi
+    # the two finished trials are drawn in their merge_fn colours (tab10 blue for gru, orange for max)
+    rgb = pixels[..., :3].reshape(-1, 3)
+    for colour in ((0.122, 0.467, 0.706), (1.0, 0.498, 0.055)):
+        assert (abs(rgb - colour).max(axis=1) < 0.02).sum() > 20, colour
+
+
+def test_best_trial_is_a_finished_one(trials):
+    assert [t.trial_id for t in finished_trials(trials)] == ["t0"]  # t1's run was KILLED, t2 errored
+    assert best_trial(trials, "min").trial_id == "t0"
+    trials[1].run_status = "FINISHED"
+    assert best_trial(trials, "min").trial_id == "t1" and best_trial(trials, "max").trial_id == "t0"
+    assert best_trial(trials[2:], "min") is None
+
+
+class _WorkerGroupError(Exception):
+    """Shaped like Ray Train's WorkerGroupError: ``worker_failures = {rank: exception}``."""
+
+    def __init__(self, message, worker_failures):
+        super().__init__(message)
+        self.worker_failures = worker_failures
+
+
+class _TaskError(Exception):
+    """Shaped like Ray's RayTaskError: the remote exception in ``cause``."""
+
+    def __init__(self, cause):
+        super().__init__("task failed")
+        self.cause = cause
+
+
+def test_error_line_unwraps_wrapped_errors():
+    try:
+        try:
+            raise FileNotFoundError("no prepared folder x\nsecond line")
+        except FileNotFoundError as inner:
+            raise RuntimeError("Training failed due to worker errors") from inner
+    except RuntimeError as outer:
+        assert error_line(outer) == "FileNotFoundError: no prepared folder x"
+    grouped = _WorkerGroupError("[Rank 0 Error Snippet]: ...", {1: ValueError("b"), 0: KeyError("first rank")})
+    assert error_line(grouped) == "KeyError: 'first rank'"
+    assert error_line(_TaskError(_WorkerGroupError("x", {0: OSError("disk full")}))) == "OSError: disk full"
+    assert error_line(RuntimeError("")) == "RuntimeError"
+    assert error_line(None) is None
