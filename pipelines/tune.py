@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dynlm import storage
+from dynlm.data.config import CORPUS_FIELDS
 from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
 from dynlm.search.report import results_csv, results_figure
 from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, check_trials_fit, data_configs, describe
@@ -94,9 +95,9 @@ def prepare_all(space: SearchSpace) -> dict[str, str]:
     roots = {}
     configs = data_configs(space)
     for i, cfg in enumerate(configs, 1):
-        print(f"[tune] preparing data config {i}/{len(configs)} ({cfg.data_hash()}: "
-              f"bpe_merges={cfg.bpe_merges}, gamma={cfg.gamma}, vocab_size={cfg.vocab_size})", flush=True)
-        prepared = prepare(cfg, progress=False)
+        settings = ", ".join(f"{key}={value}" for key, value in cfg.to_dict().items() if key not in CORPUS_FIELDS)
+        print(f"[tune] preparing data config {i}/{len(configs)} ({cfg.data_hash()}: {settings})", flush=True)
+        prepared = prepare(cfg, task=space.base.task, progress=False)
         roots[cfg.data_hash()] = storage.absolute(prepared.root)
     return roots
 
@@ -155,7 +156,7 @@ def _derive_in_trial(cfg, context: dict):
     from pipelines.prepare import PreparedDataMissing, prepare
 
     try:
-        return prepare(cfg, progress=False, build=False)
+        return prepare(cfg, task=context["base"]["task"], progress=False, build=False)
     except PreparedDataMissing as exc:
         raise PreparedDataMissing(
             f"{exc}. The search's pre-pass prepared {sorted(context['prepared'])}; a trial never "

@@ -273,9 +273,9 @@ def test_a_trial_never_preprocesses_a_missing_data_config(tmp_path, synth_dir):
 
     cfg = DataConfig(inputs=[str(synth_dir)], output_root=str(tmp_path / "prepared"), bpe_merges=7)
     start = time.time()
-    with pytest.raises(PreparedDataMissing, match=rf"data config {cfg.data_hash()} \(bpe_merges=7.*"
+    with pytest.raises(PreparedDataMissing, match=rf"data config {cfg.data_hash()} \(format=auto, .*bpe_merges=7.*"
                                                   r"pre-pass prepared \['abc'\]"):
-        _derive_in_trial(cfg, {"prepared": {"abc": "/somewhere"}})
+        _derive_in_trial(cfg, {"prepared": {"abc": "/somewhere"}, "base": {"task": "lm"}})
     assert time.time() - start < 5
     assert not [p for p in (tmp_path / "prepared").iterdir() if not p.name.startswith(".")]
 
