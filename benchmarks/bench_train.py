@@ -35,7 +35,7 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
     from dynlm.training import set_seed, train_step
-    from dynlm.data.batching import iter_document_batches
+    from dynlm.tasks.lm import LMTask
     from pipelines.train import SORT_BUFFER_BATCHES
 
     cfg = job.train
@@ -47,7 +47,7 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
     rates = []
     for epoch in range(1, cfg.epochs + 1):
         started, tokens = time.perf_counter(), 0
-        batches = iter_document_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
+        batches = LMTask().stream_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
                                         seed=epoch, buffer_rows=cfg.batch_size * SORT_BUFFER_BATCHES)
         for batch in batches:
             with torch.autocast("cuda", dtype=torch.bfloat16) if use_gpu else torch.autocast("cpu", enabled=False):

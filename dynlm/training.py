@@ -321,6 +321,25 @@ def _schedule_for(task, optimizer, cfg: TrainConfig, total_steps: int | None, tr
     return LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=total_steps)
 
 
+def _train_epoch(task, model, optimizer, schedule, cfg: TrainConfig, batches, device, epoch: int,
+                 hooks: "FitHooks") -> tuple[dict, list[float], float]:
+    """One epoch of :func:`train_one_epoch` with the rank's seed and hooks: ``(this rank's sums,
+    all ranks' ``[nll, tokens, padded, documents, idle batches]``, seconds)``."""
+    seed_everything(cfg.seed, epoch, hooks.rank)
+    if hooks.on_epoch_start is not None:
+        hooks.on_epoch_start(epoch)
+    started = time.perf_counter()
+    after_step = (lambda totals: hooks.after_step(epoch, totals)) if hooks.after_step else None
+    local = train_one_epoch(model, optimizer, schedule, cfg, batches, device, task=task, spec=hooks.spec,
+                            autocast_dtype=hooks.autocast_dtype, after_step=after_step)
+    if after_step is not None:
+        after_step(local)  # a rank without any batch still reaches it
+    seconds = time.perf_counter() - started
+    totals = all_reduce_values([local[k] for k in ("nll_sum", "tokens", "num_padded", "documents", "idle_batches")],
+                               device, op="sum")
+    return local, totals, seconds
+
+
 def fit(
     model: nn.Module,
     train_batches_fn: Callable[[int], Iterable[DocumentBatch]],
@@ -375,19 +394,8 @@ def fit(
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         if state.stopped:
             break
-        seed_everything(cfg.seed, epoch, hooks.rank)
-        if hooks.on_epoch_start is not None:
-            hooks.on_epoch_start(epoch)
-        started = time.perf_counter()
-        local = train_one_epoch(model, optimizer, schedule, cfg, train_batches_fn(epoch), device, task=task, spec=hooks.spec,
-                                autocast_dtype=hooks.autocast_dtype,
-                                after_step=(lambda totals, e=epoch: hooks.after_step(e, totals))
-                                if hooks.after_step else None)
-        if hooks.after_step is not None:
-            hooks.after_step(epoch, local)  # a rank without any batch still reaches it
-        seconds = time.perf_counter() - started
-        totals = all_reduce_values([local[k] for k in ("nll_sum", "tokens", "num_padded", "documents",
-                                                       "idle_batches")], device, op="sum")
+        local, totals, seconds = _train_epoch(task, model, optimizer, schedule, cfg, train_batches_fn(epoch),
+                                              device, epoch, hooks)
         valid = _validate_epoch(task, core, valid_batches_fn(), device, schedule, state, epoch,
                                 cfg.early_stopping_patience)
         if hooks.restore_best and state.best_epoch == epoch:

@@ -40,6 +40,7 @@ import yaml
 from dynlm import promotion, storage
 from dynlm.checkpoint_folder import find_checkpoint_file
 from dynlm.config import Config, ConfigError, config_hash
+from dynlm.data.config import CorpusConfig
 from dynlm.data.fingerprint import input_files, input_listing
 from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.job import JobConfig, with_storage_env
@@ -58,25 +59,14 @@ class InjectedFailure(RuntimeError):
 
 
 @dataclass
-class RetrainData(Config):
-    """The new documents.
-
-    Args:
-        inputs: files, folders or URIs of CoNLL/plain-text documents, or Parquet files of
-            DOCUMENT_SCHEMA rows (doc_id, source_file, sentences, mentions).
-        format: ``auto`` | ``conll`` | ``text`` (files only).
-        output_root: where prepared folders go (shared storage on a cluster).
-        num_encode_actors: Ray Data encode parallelism.
+class RetrainData(CorpusConfig):
+    """The new documents: :class:`dynlm.data.config.CorpusConfig` (``inputs``: files, folders or
+    URIs of CoNLL/plain-text documents, or Parquet files of DOCUMENT_SCHEMA rows; ``splits``,
+    ``output_root``, ``num_encode_actors``) plus the reader ``format`` (``auto`` | ``conll`` |
+    ``text``). The champion's other data settings apply.
     """
 
-    inputs: list[str]
     format: Literal["auto", "conll", "text"] = "auto"
-    output_root: str = "runs/prepared"
-    num_encode_actors: int = 2
-
-    def validate(self) -> None:
-        if not self.inputs:
-            raise ConfigError("data.inputs: at least one input path is required")
 
 
 @dataclass
@@ -241,8 +231,7 @@ def _champion_job(version, uri: str) -> JobConfig:
 def challenger_job(cfg: RetrainConfig, champion_job: JobConfig, run_name: str, uri: str) -> JobConfig:
     """The champion's job with the new inputs, the overrides and retrain run settings."""
     data = champion_job.to_dict()
-    data["data"].update(inputs=list(cfg.data.inputs), format=cfg.data.format,
-                        output_root=cfg.data.output_root, num_encode_actors=cfg.data.num_encode_actors)
+    data["data"].update(cfg.data.to_dict())  # the new corpus and its reader; the champion's other settings
     job = JobConfig.from_dict(data).with_overrides(with_storage_env(cfg.job_overrides))
     return job.replace(run=job.run.replace(name=run_name, register=False, resume=False, fail_at_epoch=-1,
                                            tracking_uri=uri, init_checkpoint=None))

@@ -339,19 +339,3 @@ def per_worker_batch_size(global_batch: int, world_size: int) -> int:
         raise ValueError(f"train.batch_size={global_batch} is smaller than run.num_workers={world_size}")
     return size
 
-
-def iter_document_batches(rows: Iterable[dict], spec: VocabSpec, batch_size: int, *, seed: int,
-                          buffer_rows: int) -> Iterator[DocumentBatch]:
-    """Stream ``rows``: buffer ``buffer_rows`` of them, sort by length, cut batches (seeded order).
-
-    Memory stays bounded by the buffer, so a shard of any size streams through.
-    """
-    buffer: list[dict] = []
-    chunk = 0
-    for row in rows:
-        buffer.append(row)
-        if len(buffer) == buffer_rows:
-            yield from batch_documents(buffer, spec, batch_size, sort_by_length=True, seed=seed + chunk)
-            buffer, chunk = [], chunk + 1
-    if buffer:
-        yield from batch_documents(buffer, spec, batch_size, sort_by_length=True, seed=seed + chunk)

@@ -91,9 +91,6 @@ class LMTask(Task):
     def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
         return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed)
 
-    def stream_batches(self, rows, spec, batch_size, *, seed, buffer_rows):
-        return batching.iter_document_batches(rows, spec, batch_size, seed=seed, buffer_rows=buffer_rows)
-
     def steps_per_batch(self, batch, train_cfg) -> int:
         return math.ceil(len(batch.sentences) / train_cfg.bptt_sentences)  # one step per BPTT chunk
 

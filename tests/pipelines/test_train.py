@@ -152,7 +152,7 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     from dynlm.data.prepared import PreparedData
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
-    from dynlm.data.batching import iter_document_batches
+    from dynlm.tasks.lm import LMTask
     from dynlm.distributed import EveryParameterUsed, parameter_checksum
     from dynlm.training import train_one_epoch
 
@@ -165,7 +165,7 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     model = torch.nn.parallel.DistributedDataParallel(EveryParameterUsed(core))
     optimizer = build_optimizer(core, job.train)
     rows = list(prepared.iter_rows("train"))[rank::2]
-    batches = list(iter_document_batches(iter(rows), prepared.spec, 2, seed=rank, buffer_rows=64))
+    batches = list(LMTask().stream_batches(iter(rows), prepared.spec, 2, seed=rank, buffer_rows=64))
     batches = batches[: batches_per_rank[rank]]
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), job.train, iter(batches),
                              torch.device("cpu"), spec=prepared.spec)

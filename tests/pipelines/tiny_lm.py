@@ -49,5 +49,5 @@ def make_prepared_folder(folder: Path, preprocessor_path: Path):
     folder.mkdir(parents=True)
     (folder / "preprocessor.json").write_bytes(Path(preprocessor_path).read_bytes())
     (folder / "manifest.json").write_text(json.dumps(
-        {"preprocessor": "preprocessor.json", "splits": {"train": "train", "valid": "valid", "test": "test"}}))
+        {"task": "lm", "preprocessor": "preprocessor.json", "splits": {"train": "train", "valid": "valid", "test": "test"}}))
     return PreparedData.open(folder)
