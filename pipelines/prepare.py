@@ -65,6 +65,8 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
     meta = pa.concat_tables(tables) if tables else None  # one small row per record, no text
     writer.check_documents(meta, cfg.inputs)
     rule = writer.split_rule(meta, resolved)
+    if preprocessor is None:
+        writer.check_train_split(meta, cfg, rule)  # before any fitting: a one-line error
     lap("read_parse")
     source = "given"
     if preprocessor is None:

@@ -59,7 +59,7 @@ class SearchResult:
     interrupted: bool  # True: stopped before every trial ended; resume with resume_search()
     num_finished: int = 0  # trials whose MLflow run FINISHED with a validation perplexity
     best: TrialSummary | None = None
-    registration: Any = None  # tracking.RegistrationResult of the best trial
+    registration: Any = None  # dynlm.promotion.RegistrationResult of the best trial
     wall_s: float = 0.0
     table: str = ""
     artifacts: dict[str, str] = field(default_factory=dict)

@@ -55,6 +55,26 @@ def with_absolute_paths(cfg):
     return cfg.replace(inputs=inputs, splits=splits)
 
 
+class EmptyTrainSplit(ValueError):
+    """No document fell in the train split: nothing to fit the preprocessor on (a user error)."""
+
+
+def check_train_split(meta: pa.Table, cfg, rule: str) -> None:
+    """Raise :class:`EmptyTrainSplit`, saying how the documents were split and what to change,
+    before anything is fitted on an empty train split."""
+    documents = meta.filter(pc.equal(meta["kind"], "document"))
+    if pc.any(pc.equal(documents["split"], "train")).as_py():
+        return
+    kinds = meta["kind"].to_numpy(zero_copy_only=False)
+    found = {split: int(pc.sum(pc.equal(documents["split"], split)).as_py() or 0) for split in SPLITS}
+    fractions = {k: getattr(cfg, k) for k in ("valid_fraction", "test_fraction") if hasattr(cfg, k)}
+    advice = (f"give more documents or lower {', '.join(f'{k}={v}' for k, v in fractions.items())}"
+              if rule == "hash" else "add the train files, or list them under data.splits.train")
+    raise EmptyTrainSplit(f"no train document: the {rule} split rule put the {documents.num_rows} readable "
+                          f"document(s) in {found} ({int((kinds == 'quarantine').sum())} record(s) quarantined, "
+                          f"{int((kinds == 'dropped').sum())} dropped); {advice}")
+
+
 def check_documents(meta: pa.Table | None, inputs: list[str]) -> None:
     """Clear errors for no input file, no readable document, or a doc_id seen twice."""
     if meta is None or meta.num_rows == 0:

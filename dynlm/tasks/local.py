@@ -82,9 +82,8 @@ def prepare_in_memory(task: Task, files: pa.Table, data_cfg, *, preprocessor: An
     meta = parsed.drop_columns(list(task.payload_columns))
     writer.check_documents(meta, data_cfg.inputs)
     rule = writer.split_rule(meta, resolved, require_train=require_train)
-    documents = meta.filter(pc.equal(meta["kind"], "document"))
-    if require_train and not pc.any(pc.equal(documents["split"], "train")).as_py():
-        raise ValueError(f"prepare: no train documents in {data_cfg.inputs}")
+    if require_train and preprocessor is None:
+        writer.check_train_split(meta, data_cfg, rule)
     if preprocessor is None:
         counts: Counter = Counter()
         for row in task.count_train(parsed).to_pylist():

@@ -112,3 +112,26 @@ def test_prepare_local_rejects_mixed_inputs(tmp_path):
     cfg = DataConfig(inputs=[str(corpus), str(tmp_path / "more")], **_settings(tmp_path))
     with pytest.raises(SplitRuleError, match=r"name none \(.*more/synth_000.conll\)"):
         prepare_local(cfg)
+
+
+def test_an_empty_train_split_is_one_clear_error_before_any_fitting(tmp_path):
+    """One good document that the hash split puts outside train, and one malformed document:
+    the error says how the documents were split and what to change (no BPE-fit traceback)."""
+    from dynlm.data.prepared_writer import EmptyTrainSplit
+    from dynlm.data.split import assign_split
+    from dynlm.data.synth import generate
+
+    docs = [d for d in generate(SynthConfig(num_documents=30, seed=9, docs_per_file=30))
+            if assign_split(d["doc_id"], seed=0, valid_fraction=0.1, test_fraction=0.1) == "valid"]
+    corpus = tmp_path / "raw"
+    write_conll(SynthConfig(num_documents=30, seed=9, docs_per_file=30), corpus)
+    text = (corpus / "synth_000.conll").read_text()
+    keep = text.split("#begin document")[1 + int(docs[0]["doc_id"].rsplit("_", 1)[-1])]
+    (corpus / "synth_000.conll").write_text("#begin document" + keep)
+    (corpus / "broken.conll").write_text("#begin document (broken); part 0\nbroken 0 0 The\n\n#end document\n")
+    cfg = DataConfig(inputs=[str(corpus)], output_root=str(tmp_path / "out"), vocab_size=50, bpe_merges=10, max_chains=6)
+    with pytest.raises(EmptyTrainSplit, match=r"^no train document: the hash split rule put the 1 readable document\(s\) "
+                                              r"in \{'train': 0, 'valid': 1, 'test': 0\} \(1 record\(s\) quarantined, 0 dropped\); "
+                                              r"give more documents or lower valid_fraction=0.1, test_fraction=0.1$"):
+        prepare_local(cfg)
+    assert not (tmp_path / "out" / cfg.data_hash()).exists()
