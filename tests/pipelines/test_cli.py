@@ -68,10 +68,13 @@ def test_which_exceptions_are_user_errors():
     from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
 
     from dynlm.config import ConfigError
+    from dynlm.data.prepared_writer import EmptyTrainSplit
+    from dynlm.data.split import SplitRuleError
     from pipelines.cli import error_line, is_user_error
 
     assert is_user_error(ConfigError("x")) and is_user_error(FileNotFoundError("x"))
     assert is_user_error(FileExistsError("run 'a' already exists"))
+    assert is_user_error(EmptyTrainSplit("no train document")) and is_user_error(SplitRuleError("mixed inputs"))
     assert is_user_error(MlflowException("no such model", error_code=RESOURCE_DOES_NOT_EXIST))
     assert not is_user_error(MlflowException("bad value", error_code=INVALID_PARAMETER_VALUE))
     assert not is_user_error(ValueError("a bug")) and not is_user_error(KeyError("a bug"))
