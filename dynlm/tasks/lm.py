@@ -39,7 +39,7 @@ from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
-from dynlm.tasks.lm_summary import LM_SUMMARY_ROWS, lm_counts
+from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts
 from dynlm.tasks.lm_table import format_metrics_table
 from dynlm import training
 from dynlm.vocab_spec import VocabSpec
@@ -81,8 +81,9 @@ class LMTask(Task):
         return {**super().summarize(meta, splits, preprocessor), **lm_counts(meta, splits, preprocessor.spec)}
 
     def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
-        rows = [(label, f"{counts[key]:,d}") for key, label in (*LM_SUMMARY_ROWS, ("quarantined", "quarantined records"))]
-        return rows + [("OOV rate (valid)", f"{counts['oov_rate_valid']:.4f}"),
+        rows = [(label, f"{counts[key]:,d}") for key, label in LM_SUMMARY_ROWS]
+        rows += [(label, f"{counts[key]:,d}") for key, label in DROP_ROWS if counts[key]] or [("dropped or truncated", "none")]
+        return rows + [("quarantined records", f"{counts['quarantined']:,d}"), ("OOV rate (valid)", f"{counts['oov_rate_valid']:.4f}"),
                        ("subwords per word", f"{counts['subwords_per_word']:.3f}")]
 
     def collate(self, rows, spec) -> batching.DocumentBatch:

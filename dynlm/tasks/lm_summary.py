@@ -7,12 +7,11 @@ import pyarrow.compute as pc
 
 from dynlm.data.parse_stage import DOC_STATS
 
-# (manifest key, label) of the anonymization counts in the prepare table
-LM_SUMMARY_ROWS = (("chains", "chains"), ("anonymized_mentions", "anonymized mentions"),
-                   ("dropped_nested", "dropped nested mentions"),
-                   ("dropped_overlapping", "dropped overlapping mentions"),
-                   ("dropped_docs_too_many_chains", "dropped docs (too many chains)"),
-                   ("truncated_chains", "truncated chains"))
+# (manifest key, label) of the anonymization counts in the prepare table; the DROP_ROWS are
+# shown only when not zero (one "dropped or truncated: none" row otherwise)
+LM_SUMMARY_ROWS = (("chains", "chains"), ("anonymized_mentions", "anonymized mentions"))
+DROP_ROWS = (("dropped_nested", "dropped nested mentions"), ("dropped_overlapping", "dropped overlapping mentions"),
+             ("dropped_docs_too_many_chains", "dropped docs (too many chains)"), ("truncated_chains", "truncated chains"))
 
 
 def _token_stats(table: pa.Table, spec) -> tuple[int, int, int]:

@@ -74,3 +74,18 @@ def test_lm_task_evaluation_counts_the_accumulation_bins(prepared):
     assert list(figures) == [ACCUMULATION_FIGURE]
     assert [bar.get_height() for bar in figures[ACCUMULATION_FIGURE].axes[0].patches] == [
         metrics[f"ppl_reappearing_{n}"] for n in ("1", "2", "3_5", "6_plus")]
+
+
+def test_the_prepare_table_shows_drops_only_when_there_are_some(prepared):
+    _cfg, _files, in_memory = prepared
+    task = get_task("lm")
+    meta = in_memory.parsed.drop_columns(list(task.payload_columns))
+    counts = task.summarize(meta, in_memory.tables, in_memory.preprocessor)
+    labels = [label for label, _ in task.summary_lines({**counts, **{k: 0 for k in
+                                                         ("dropped_nested", "dropped_overlapping",
+                                                          "dropped_docs_too_many_chains", "truncated_chains")}})]
+    assert labels == ["chains", "anonymized mentions", "dropped or truncated", "quarantined records",
+                      "OOV rate (valid)", "subwords per word"]
+    rows = dict(task.summary_lines({**counts, "dropped_nested": 2, "truncated_chains": 0}))
+    assert rows["dropped nested mentions"] == "2" and "truncated chains" not in rows and "dropped or truncated" not in rows
+    assert counts["documents"] == {s: len(in_memory.splits[s]) for s in ("train", "valid", "test")}
