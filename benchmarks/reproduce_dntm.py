@@ -139,7 +139,7 @@ def train_and_evaluate(args, spec, rows, dynamic: str, merge_fn: str) -> dict:
     test = evaluate(model, batch_documents(rows["test"], spec, args.batch_size, seed=None))
     return {**test, "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
             "best_epoch": result["best_epoch"],
-            "valid_ppl": result["best_valid_ppl"]}
+            "valid_ppl": result["best_valid_objective"]}
 
 
 def _fmt(value: float) -> str:

@@ -53,19 +53,21 @@ def plot_learning_curve(history: list[dict[str, Any]]):
 
 
 def best_epoch_figures(history: list[dict[str, Any]], task: str = "lm") -> dict:
-    """The task's figures of the validation metrics of the best epoch (lowest ``valid_ppl``).
+    """The task's figures of the validation metrics of the best epoch (lowest ``valid_objective``;
+    ``valid_ppl`` in histories written before the objective was task-named).
 
     For the LM task: the DNTM paper's accumulation analysis, ``accumulation.png``.
 
     Returns:
-        ``{file name: matplotlib Figure}``; empty when no epoch has a ``valid_ppl`` or the
+        ``{file name: matplotlib Figure}``; empty when no epoch has an objective or the
         history lacks the task's validation metrics (a hand-written one).
     """
     from dynlm.tasks import get_task
 
-    if not any("valid_ppl" in row for row in history):
+    key = "valid_objective" if any("valid_objective" in row for row in history) else "valid_ppl"
+    if not any(key in row for row in history):
         return {}
-    best_epoch = min(history, key=lambda row: row.get("valid_ppl", math.inf))
+    best_epoch = min(history, key=lambda row: row.get(key, math.inf))
     metrics = {key[len("valid_"):]: value for key, value in best_epoch.items() if key.startswith("valid_")}
     try:
         return get_task(task).metric_figures(metrics, f"validation, epoch {best_epoch.get('epoch')}")

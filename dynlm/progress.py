@@ -22,6 +22,15 @@ def _number(value: float) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
+def _valid_headline(record: dict[str, Any]) -> str:
+    """``ppl 150.2``; a task whose objective is not perplexity shows it first: ``f1_error 0.61, ppl 80.3``."""
+    metric = record.get("objective_metric", "ppl")
+    ppl = f"ppl {_number(record['valid_ppl'])}" if "valid_ppl" in record else ""
+    if metric == "ppl":
+        return ppl
+    return f"{metric} {record['valid_objective']:.4f}" + (f", {ppl}" if ppl else "")
+
+
 def format_epoch_line(record: dict[str, Any], epochs: int) -> str:
     """One line of metrics for an epoch record of ``train_fn_per_worker``.
 
@@ -31,7 +40,7 @@ def format_epoch_line(record: dict[str, Any], epochs: int) -> str:
     details = ", ".join(f"{label} {_number(record[f'valid_ppl_{key}'])}" for key, label in VALID_DETAILS
                         if f"valid_ppl_{key}" in record)
     line = (f"epoch {record['epoch']}/{epochs}  train loss {record['train_loss']:.3f} "
-            f"ppl {_number(record['train_ppl'])} | valid ppl {_number(record['valid_ppl'])}"
+            f"ppl {_number(record['train_ppl'])} | valid {_valid_headline(record)}"
             + (f" ({details})" if details else "")
             + f" | {record['train_tokens_per_s']:,.0f} tok/s, {record['train_seconds']:.1f} s")
     if record.get("stopped_early"):

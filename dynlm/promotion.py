@@ -67,7 +67,7 @@ def valid_data_hash(prepared: PreparedData) -> str:
 
 
 def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | None,
-                       champion_hash: str | None, margin: float) -> tuple[bool, str]:
+                       champion_hash: str | None, margin: float, *, metric: str = "ppl") -> tuple[bool, str]:
     """THE promotion policy of dynlm: whether a challenger replaces the champion, and why.
 
     Promote iff there is no champion yet, or both were scored on the same validation set
@@ -83,6 +83,9 @@ def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | 
         champion_ppl: the champion's perplexity (None: there is no champion).
         champion_hash: the validation set the champion's perplexity was measured on.
         margin: in ``[0, 1)``; 0 means "strictly better".
+        metric: the task's primary metric the two numbers are (lower is better; named in the
+            reason). The names ``valid_ppl`` / ``champion_ppl`` are the LM task's; any task's
+            objective goes through the same rule.
 
     Returns:
         ``(promote, reason)``; the reason is one sentence without the verdict prefix.
@@ -91,22 +94,22 @@ def promotion_decision(valid_ppl: float, valid_hash: str, champion_ppl: float | 
         raise ValueError(f"promotion margin must be in [0, 1) (a fraction of the champion's perplexity), "
                          f"got {margin}")
     if not math.isfinite(valid_ppl):
-        return False, f"valid_ppl {valid_ppl} is not finite"
+        return False, f"valid_{metric} {valid_ppl} is not finite"
     if champion_ppl is None:
         return True, "there was no champion yet"
     if champion_hash != valid_hash:
         return False, (f"the champion was validated on {champion_hash}, the challenger on {valid_hash}; "
-                       "perplexities on different validation sets are not comparable (evaluate both "
+                       f"{metric} values on different validation sets are not comparable (evaluate both "
                        "on one dataset and set the alias by hand)")
     threshold = champion_ppl * (1.0 - margin)
     verb = "beats" if valid_ppl < threshold else "does not beat"
-    return valid_ppl < threshold, (f"valid_ppl {valid_ppl:.4f} {verb} champion ppl {champion_ppl:.4f} "
+    return valid_ppl < threshold, (f"valid_{metric} {valid_ppl:.4f} {verb} champion {metric} {champion_ppl:.4f} "
                                    f"x (1 - margin {margin:g}) = {threshold:.4f} on validation {valid_hash}")
 
 
 def decide_registration(version: str, valid_ppl: float, valid_hash: str, margin: float, *,
                         current_version: str | None, current_ppl: float | None, current_hash: str | None,
-                        champion: MeasuredChampion | None = None) -> tuple[str, str]:
+                        champion: MeasuredChampion | None = None, metric: str = "ppl") -> tuple[str, str]:
     """What happens to the new ``version`` against the registry's current champion.
 
     Args:
@@ -117,6 +120,7 @@ def decide_registration(version: str, valid_ppl: float, valid_hash: str, margin:
             (used when ``champion`` is None).
         champion: the champion as measured by the caller; when ``champion`` no longer points at
             its version (another caller promoted meanwhile) the decision is ``conflict``.
+        metric: the task's primary metric (see :func:`promotion_decision`).
 
     Returns:
         ``(decision, reason)``: ``promoted`` | ``rejected`` | ``conflict``, and the sentence
@@ -131,6 +135,6 @@ def decide_registration(version: str, valid_ppl: float, valid_hash: str, margin:
         champion_ppl, champion_hash = current_ppl, current_hash
     else:
         champion_ppl = champion_hash = None
-    promote, why = promotion_decision(valid_ppl, valid_hash, champion_ppl, champion_hash, margin)
+    promote, why = promotion_decision(valid_ppl, valid_hash, champion_ppl, champion_hash, margin, metric=metric)
     against = f" (v{version} vs champion v{current_version})" if current_version is not None else ""
     return ("promoted", f"promoted: {why}{against}") if promote else ("rejected", f"not promoted: {why}{against}")

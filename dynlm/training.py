@@ -257,7 +257,7 @@ class FitState:
 
     epoch: int = 0
     history: list[dict] = field(default_factory=list)
-    best_valid_ppl: float = math.inf
+    best_valid_objective: float = math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
     stopped: bool = False  # early stopping fired: no further epoch runs
@@ -267,13 +267,19 @@ class FitState:
 
     @classmethod
     def from_dict(cls, data: dict) -> "FitState":
+        data = dict(data)
+        if "best_valid_ppl" in data:  # checkpoints written before the objective was task-named
+            data["best_valid_objective"] = data.pop("best_valid_ppl")
         return cls(**data)
 
 
 def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, valid: dict, lr: float,
-                 state: FitState, checksums: list[float], gate_means: dict | None = None) -> dict:
+                 state: FitState, checksums: list[float], gate_means: dict | None = None, *,
+                 objective_metric: str = "ppl") -> dict:
     """The one epoch record (console, MLflow, Tune, checkpoints): ``totals`` are the all-ranks
-    sums ``[nll, tokens, padded positions, documents, idle batches]``."""
+    sums ``[nll, tokens, padded positions, documents, idle batches]``; ``valid_objective`` is
+    ``valid[objective_metric]`` (the task's primary metric, lower is better: what checkpoints
+    are kept by, registration compares and Tune optimises by default)."""
     nll, tokens, padded, documents, idle = totals
     return {
         "epoch": epoch,
@@ -289,7 +295,9 @@ def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, va
         "lr": lr,
         **{f"train_{k}": v for k, v in (gate_means or {}).items()},  # this rank's, dynamical LM only
         **{f"valid_{k}": v for k, v in valid.items() if not k.startswith("nll_sum_")},  # counts kept
-        "best_valid_ppl": state.best_valid_ppl,
+        "valid_objective": valid[objective_metric],
+        "objective_metric": objective_metric,
+        "best_valid_objective": state.best_valid_objective,
         "param_checksum": checksums[0],
         "param_checksum_spread": max(checksums) - min(checksums),
         "stopped_early": float(state.stopped),
@@ -305,8 +313,8 @@ def _validate_epoch(task, core: nn.Module, valid_batches: Iterable[Any], device:
         raise ValueError("the validation split holds no tokens; prepare with valid_fraction > 0")
     objective = valid[task.primary_metric]
     schedule.step_validation(objective)
-    if objective < state.best_valid_ppl:
-        state.best_valid_ppl, state.best_epoch, state.bad_epochs = objective, epoch, 0
+    if objective < state.best_valid_objective:
+        state.best_valid_objective, state.best_epoch, state.bad_epochs = objective, epoch, 0
     else:
         state.bad_epochs += 1
     state.stopped = bool(patience and state.bad_epochs >= patience)
@@ -373,10 +381,10 @@ def fit(
         state: where the run stands (a resumed run's); updated in place every epoch.
         hooks: per-rank settings (:class:`FitHooks`); default: one process, rank 0.
         task: the :class:`dynlm.tasks.Task` whose ``train_step``, ``evaluate`` and ``metrics``
-            run (default: the LM task). ``best_valid_ppl`` is the best ``task.primary_metric``.
+            run (default: the LM task). ``best_valid_objective`` is the best ``task.primary_metric``.
 
     Returns:
-        ``best_valid_ppl``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history`` and
+        ``best_valid_objective``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history`` and
         ``param_checksums`` (one per rank). With ``hooks.restore_best`` the model ends with the
         weights of the best epoch.
     """
@@ -402,14 +410,14 @@ def fit(
             best_weights = copy.deepcopy(core.state_dict())
         checksums = all_gather_floats(parameter_checksum(core), device)
         record = epoch_record(epoch, totals, local["steps"], seconds, valid, optimizer.param_groups[0]["lr"],
-                              state, checksums, local["gate_means"])
+                              state, checksums, local["gate_means"], objective_metric=task.primary_metric)
         state.epoch = epoch
         state.history.append(record)
         if on_epoch is not None and on_epoch(epoch, record):
             break
     if best_weights is not None:
         core.load_state_dict(best_weights)
-    return {"best_valid_ppl": state.best_valid_ppl, "best_epoch": state.best_epoch,
+    return {"best_valid_objective": state.best_valid_objective, "best_epoch": state.best_epoch,
             "epochs_run": len(state.history), "stopped_early": state.stopped, "history": state.history,
             "param_checksums": checksums}
 

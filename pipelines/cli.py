@@ -18,7 +18,7 @@ import importlib
 import sys
 import traceback
 
-COMMANDS = ("data", "prepare", "train", "evaluate", "tune", "retrain", "run")
+COMMANDS = ("data", "prepare", "train", "evaluate", "suggest", "tune", "retrain", "run")
 USAGE_ERROR_EXIT_CODE = 2  # what argparse exits with for a usage error
 VERBOSE_HELP = "show Ray's and MLflow's own logs on the terminal, and the traceback of an error"
 

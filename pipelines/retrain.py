@@ -336,7 +336,7 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
                                "validation_hash": val_hash, "challenger_run_id": trained.run_id,
                                "challenger_data_hash": job.data.data_hash()}, tracking_uri=uri)
     registration = tracking.register_and_promote(
-        trained.run_id, challenger_ppl, margin=cfg.margin, valid_data_hash=val_hash,
+        trained.run_id, challenger_ppl, margin=cfg.margin, metric=task.primary_metric, valid_data_hash=val_hash,
         champion=promotion.MeasuredChampion(before, champion_ppl), tags={"retrain_run_id": run_id},
         before_promote=_fail_before_promote if cfg.fail_before_promote else None, tracking_uri=uri)
     after = registration.champion_version or ""

@@ -53,7 +53,9 @@ TAG_KIND = "dynlm.kind"  # what a run is: KIND_TRAINING | "tune" | "retrain"
 TAG_TRIAL_ID = "dynlm.trial_id"  # the Tune trial a training run belongs to
 TAG_DATA_HASH = "data_hash"  # DataConfig.data_hash() of the data the model TRAINED on
 TAG_VALID_DATA_HASH = "valid_data_hash"  # identity of the validation set valid_ppl was measured on
-TAG_VALID_PPL = "valid_ppl"  # version tag: perplexity on that validation set
+TAG_VALID_OBJECTIVE = "valid_objective"  # version tag: the task's primary metric on that validation set
+TAG_OBJECTIVE_METRIC = "objective_metric"  # version tag: which metric that is ("ppl", "f1_error", ...)
+LEGACY_TAG_VALID_PPL = "valid_ppl"  # versions registered before the objective was task-named (metric "ppl")
 KIND_TRAINING = "training"
 
 
@@ -300,10 +302,10 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     if history:
         log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
     log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)
-    valid = [row["valid_ppl"] for row in history if "valid_ppl" in row]
+    valid = [row["valid_objective"] for row in history if "valid_objective" in row]
     final = {"epochs_completed": len(history)}
     if valid:
-        final["best_valid_ppl"] = min(valid)
+        final["best_valid_objective"] = min(valid)
     for name, figure in figures.best_epoch_figures(history, prepared.manifest["task"]).items():
         log_figure(run_id, figure, name, tracking_uri=uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
@@ -379,7 +381,7 @@ def promotion_lock(uri: str, name: str):
         yield
 
 
-def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
+def register_and_promote(run_id: str, valid_objective: float, *, margin: float = 0.0, metric: str = "ppl",
                          valid_data_hash: str | None = None, champion: promotion.MeasuredChampion | None = None,
                          tags: dict[str, str] | None = None, before_promote: Callable[[], None] | None = None,
                          tracking_uri: str | None = None) -> promotion.RegistrationResult:
@@ -390,21 +392,24 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
     under :func:`promotion_lock` against the champion read there, and the alias move is the
     last registry write, so concurrent callers promote at most once per champion they beat:
 
-    * ``champion=None``: the champion's own version tags ``valid_ppl`` / ``valid_data_hash`` are
-      compared (train and tune: models validated on their prepared data's valid split);
+    * ``champion=None``: the champion's own version tags ``valid_objective`` / ``valid_data_hash``
+      are compared (train and tune: models validated on their prepared data's valid split); a
+      champion scored by another ``objective_metric`` counts as validated elsewhere;
     * ``champion=MeasuredChampion(v, ppl)`` (``dynlm.promotion``): the caller scored version
       ``v`` on the challenger's validation set; if ``champion`` no longer points at ``v``
       (another caller promoted meanwhile) the decision is ``conflict`` and nothing moves (retrain).
 
-    The new version gets the tags ``valid_ppl``, ``valid_data_hash``, ``data_hash`` (the
+    The new version gets the tags ``valid_objective``, ``objective_metric``, ``valid_data_hash``, ``data_hash`` (the
     training data, from the run), ``run_id``, ``promotion`` (the reason) and ``tags``.
 
     Args:
         run_id: a run closed by :func:`finish_training_run` (tags ``dynlm.model_uri``,
             ``model_type``, ``data_hash``, ``valid_data_hash``).
-        valid_ppl: validation perplexity of the registered weights.
+        valid_objective: the task's primary metric of the registered weights on validation data
+            (lower is better: the LM's perplexity, the naming task's 1 - F1).
+        metric: that metric's name (the task's ``primary_metric``).
         margin: relative margin in ``[0, 1)`` (``run.promotion_margin``, retrain's ``margin``).
-        valid_data_hash: the validation set ``valid_ppl`` was measured on; None: the run's
+        valid_data_hash: the validation set ``valid_objective`` was measured on; None: the run's
             ``valid_data_hash`` tag (its prepared data's valid split).
         champion: see above.
         tags: more version tags.
@@ -422,17 +427,21 @@ def register_and_promote(run_id: str, valid_ppl: float, *, margin: float = 0.0,
     configure(uri)
     console.route_library_logs()  # mute "Successfully registered ..." (log_model turns MLflow's prints back on)
     version = str(mlflow.register_model(run_tags[TAG_MODEL_URI], name, tags={
-        TAG_VALID_PPL: repr(float(valid_ppl)), TAG_VALID_DATA_HASH: valid_hash,
+        TAG_VALID_OBJECTIVE: repr(float(valid_objective)), TAG_OBJECTIVE_METRIC: metric, TAG_VALID_DATA_HASH: valid_hash,
         TAG_DATA_HASH: run_tags[TAG_DATA_HASH], "run_id": run_id, **(tags or {})}).version)
     mlflow_client.set_registered_model_alias(name, CHALLENGER, version)
     with promotion_lock(uri, name):
         current = version_by_alias(name, CHAMPION, tracking_uri=uri)
         current_version = None if current is None else str(current.version)
         current_tags = {} if current is None else current.tags
+        current_metric = current_tags.get(TAG_OBJECTIVE_METRIC, "ppl")
+        current_hash = current_tags.get(TAG_VALID_DATA_HASH)
+        if current_metric != metric:  # another task's number: as if validated on another set
+            current_hash = f"{current_hash} (scored by {current_metric})"
         decision, reason = promotion.decide_registration(
-            version, valid_ppl, valid_hash, margin, champion=champion, current_version=current_version,
-            current_ppl=float(current_tags.get(TAG_VALID_PPL, "nan")),
-            current_hash=current_tags.get(TAG_VALID_DATA_HASH))
+            version, valid_objective, valid_hash, margin, champion=champion, current_version=current_version,
+            current_ppl=float(current_tags.get(TAG_VALID_OBJECTIVE, current_tags.get(LEGACY_TAG_VALID_PPL, "nan"))),
+            current_hash=current_hash, metric=metric)
         if decision == "promoted":
             if before_promote is not None:
                 before_promote()

@@ -25,7 +25,7 @@ fails the attempt instead of hanging it.
 Checkpoints. Rank 0 writes ``model.pt`` (:func:`dynlm.checkpoint.save`: state_dict, model
 config, VocabSpec, and in ``extra`` the optimizer/scheduler state, epoch, history and
 early-stopping state) plus a copy of ``preprocessor.json``, and reports it every epoch.
-``CheckpointConfig`` keeps the best by ``valid_ppl`` plus the latest. A restarted attempt
+``CheckpointConfig`` keeps the best by ``valid_objective`` (the task's primary metric) plus the latest. A restarted attempt
 (``FailureConfig``) or a resumed run (same name and storage path) starts from
 ``ray.train.get_checkpoint()`` (its :class:`dynlm.training.FitState`); RNG streams are re-seeded
 from (seed, epoch, rank) at every epoch, so a resumed run repeats the uninterrupted one.
@@ -84,8 +84,8 @@ class TrainingResult:
 
     Attributes:
         run_id: the MLflow run.
-        best_checkpoint_dir: folder of the best checkpoint (lowest valid_ppl).
-        best_valid_ppl: its validation perplexity.
+        best_checkpoint_dir: folder of the best checkpoint (lowest ``valid_objective``).
+        best_valid_objective: its validation objective (the task's ``primary_metric``).
         metrics: the metrics of the best epoch.
         epochs: epochs completed (fewer than train.epochs after early stopping).
         model_version: registry version (None when run.register is false).
@@ -96,7 +96,7 @@ class TrainingResult:
 
     run_id: str | None
     best_checkpoint_dir: str | None
-    best_valid_ppl: float
+    best_valid_objective: float
     metrics: dict
     epochs: int
     model_version: str | None = None
@@ -189,7 +189,7 @@ def _report_epoch(record: dict, state: FitState, *, rank: int, core, optimizer, 
         checkpoint = None
         if rank == 0:
             extra = {"fit_state": state.to_dict(), "optimizer": optimizer.state_dict(),
-                     "schedule": schedule.state_dict(), "job": job.to_dict(), "valid_ppl": record["valid_ppl"]}
+                     "schedule": schedule.state_dict(), "job": job.to_dict(), "valid_objective": record["valid_objective"]}
             _save_checkpoint(Path(tmp), core, job, prepared, extra)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(record, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{record['epoch']:04d}")
@@ -347,7 +347,7 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
             name=name,
             storage_path=run.storage_uri(),
             checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute="valid_ppl", checkpoint_score_order="min"),
+                num_to_keep=1, checkpoint_score_attribute="valid_objective", checkpoint_score_order="min"),
             failure_config=ray.train.FailureConfig(max_failures=run.max_failures),
             callbacks=callbacks,
         ),
@@ -421,7 +421,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         raise  # --resume sets the run running again
     output = result.return_value or {}
     history = output.get("history", [])
-    best = min(result.best_checkpoints or [], key=lambda item: item[1]["valid_ppl"], default=None)
+    best = min(result.best_checkpoints or [], key=lambda item: item[1]["valid_objective"], default=None)
     if best is None:
         raise RuntimeError(f"run {name!r} reported no checkpoint")
     best_dir = best[0].path  # local storage: a folder; remote storage: download it first
@@ -430,10 +430,10 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     tracking.finish_training_run(run_id, best_dir, prepared, history, tracking_uri=uri)
     version = None
     if job.run.register:
-        registration = tracking.register_and_promote(run_id, best[1]["valid_ppl"],
+        registration = tracking.register_and_promote(run_id, best[1]["valid_objective"], metric=best[1]["objective_metric"],
                                                      margin=job.run.promotion_margin, tracking_uri=uri)
         version = registration.version
         print(f"[train] registered {registration.name} v{registration.version}: {registration.reason}")
-    return TrainingResult(run_id=run_id, best_checkpoint_dir=str(best_dir), best_valid_ppl=best[1]["valid_ppl"],
+    return TrainingResult(run_id=run_id, best_checkpoint_dir=str(best_dir), best_valid_objective=best[1]["valid_objective"],
                           metrics=dict(best[1]), epochs=len(history), model_version=version, history=history,
                           run_path=result.path, param_checksums=output.get("param_checksums", []))

@@ -38,6 +38,7 @@ from dynlm.search.report import TrialSummary, best_trial, error_line, finished_t
 from dynlm.search.report import results_csv, results_figure
 from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, check_trials_fit, data_configs, describe
 from dynlm.search.space_file import from_resolved
+from dynlm.tasks import get_task
 from dynlm.search.trials import trial_job, trials_base
 from pipelines.search_space import scheduler, searcher, to_param_space
 
@@ -115,7 +116,7 @@ def _finished_run_of(trial_id: str, context: dict):
     uri = context["base"]["run"]["tracking_uri"]  # set by trials_base
     runs = [run for run in _child_runs(context["parent_run_id"], uri, status="FINISHED",
                                        **{tracking.TAG_TRIAL_ID: trial_id})
-            if "best_valid_ppl" in run.data.metrics]
+            if "best_valid_objective" in run.data.metrics]
     return runs[-1] if runs else None
 
 
@@ -139,7 +140,9 @@ def train_driver_fn(config: dict, context: dict) -> None:
     if done is not None:  # finished while the driver was being interrupted: never train twice
         print(f"[tune] trial {trial_id} already finished (MLflow run {done.info.run_id}); not re-run", flush=True)
         metrics = done.data.metrics
-        tune.report({"valid_ppl": float(metrics["best_valid_ppl"]), "epoch": metrics.get("epochs_completed", 0)})
+        best = float(metrics["best_valid_objective"])  # the task's primary metric, else the run's last value
+        value = best if context["metric"] == "valid_objective" else float(metrics.get(context["metric"], best))
+        tune.report({"valid_objective": best, context["metric"]: value, "epoch": metrics.get("epochs_completed", 0)})
         return
     params = {key: config[key] for key in context["search_keys"]}
     job = trial_job(context["base"], params, f"{context['experiment']}-{trial_id}-{time.strftime('%H%M%S')}")
@@ -215,7 +218,8 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     prepared = prepare_all(space)
     parent_run_id = _start_parent_run(space, base, experiment, exp_uri, len(prepared))
     context = {"base": base.to_dict(), "search_keys": sorted(space.search), "prepared": prepared,
-               "parent_run_id": parent_run_id, "experiment": experiment}
+               "parent_run_id": parent_run_id, "experiment": experiment, "metric": space.tune.metric,
+               "mode": space.tune.mode}
     storage.write_text(f"{exp_uri}/{SIDECAR}", json.dumps(
         {"space": space.to_dict(), "context": context, "tracking_uri": uri}, indent=1))
 
@@ -299,14 +303,15 @@ def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, st
     tracking.log_metrics(parent_run_id, {"search_wall_s": wall, "num_trials": len(trials)}, tracking_uri=uri)
     _report_failures(trials, parent_run_id, uri)
     if result.best is not None:
-        best_ppl = tracking.get_run(result.best.run_id, tracking_uri=uri).data.metrics.get(
-            "best_valid_ppl", result.best.best_valid_ppl)
-        tracking.log_metrics(parent_run_id, {"best_valid_ppl": result.best.best_valid_ppl}, tracking_uri=uri)
+        best_objective = tracking.get_run(result.best.run_id, tracking_uri=uri).data.metrics.get(
+            "best_valid_objective", result.best.best_valid_objective)
+        tracking.log_metrics(parent_run_id, {"best_valid_objective": result.best.best_valid_objective}, tracking_uri=uri)
         tracking.set_tags(parent_run_id, {"best_trial": result.best.trial_id, "best_run_id": result.best.run_id},
                           tracking_uri=uri)
         result.registration = tracking.register_and_promote(
-            result.best.run_id, best_ppl, margin=space.base.run.promotion_margin, tracking_uri=uri)
-        print(f"[tune] best trial {result.best.trial_id}: valid_ppl {result.best.best_valid_ppl:.3f}; "
+            result.best.run_id, best_objective, margin=space.base.run.promotion_margin,
+            metric=get_task(space.base.task).primary_metric, tracking_uri=uri)
+        print(f"[tune] best trial {result.best.trial_id}: {space.tune.metric} {result.best.best_valid_objective:.3f}; "
               f"registered {result.registration.name} v{result.registration.version} "
               f"({result.registration.reason})", flush=True)
     else:
@@ -397,9 +402,12 @@ def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
     for result in grid:
         trial_id = result.metrics["trial_id"]  # Tune sets it on every trial's last result, even unreported
         df = result.metrics_dataframe
-        ppl, epochs = float("nan"), 0
-        if df is not None and "valid_ppl" in df and len(df):
-            ppl, epochs = float(df["valid_ppl"].min()), int(df["training_iteration"].max())
+        metric = context.get("metric", "valid_ppl")  # searches saved before the objective was task-named
+        best, epochs = float("nan"), 0
+        if df is not None and metric in df and len(df):
+            column = df[metric]
+            best = float(column.max() if context.get("mode") == "max" else column.min())
+            epochs = int(df["training_iteration"].max())
         runs = runs_by_trial.get(trial_id, [])
         finished = [r for r in runs if r.info.status == "FINISHED"]
         chosen = finished[-1] if finished else (runs[-1] if runs else None)
@@ -407,7 +415,7 @@ def collect_trials(grid, context: dict, uri: str) -> list[TrialSummary]:
             "TERMINATED" if ended or finished else "INTERRUPTED")
         rows.append(TrialSummary(
             trial_id=trial_id, params={k: (result.config or {}).get(k) for k in context["search_keys"]},
-            status=status, best_valid_ppl=ppl, epochs=epochs,
+            status=status, best_valid_objective=best, epochs=epochs,
             time_s=float(result.metrics.get("time_total_s", 0.0)),
             run_id=chosen.info.run_id if chosen else None,
             run_status=chosen.info.status if chosen else None,

@@ -21,7 +21,7 @@ class TrialSummary:
     trial_id: str
     params: dict[str, Any]
     status: str  # Tune's trial status: TERMINATED | ERROR | RUNNING | PENDING ...
-    best_valid_ppl: float  # min over the trial's reports (nan: none)
+    best_valid_objective: float  # min over the trial's reports (nan: none)
     epochs: int  # reports (= epochs) the trial made before it ended or ASHA stopped it
     time_s: float
     run_id: str | None  # the MLflow child run that finished (None: none finished)
@@ -31,14 +31,14 @@ class TrialSummary:
 
 def finished_trials(trials: list[TrialSummary]) -> list[TrialSummary]:
     """The trials whose run FINISHED with a (finite) validation perplexity."""
-    return [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_ppl)]
+    return [t for t in trials if t.run_status == "FINISHED" and math.isfinite(t.best_valid_objective)]
 
 
 def best_trial(trials: list[TrialSummary], mode: str) -> TrialSummary | None:
     """The finished trial with the lowest (``mode="min"``) or highest (``"max"``) perplexity."""
     finished = finished_trials(trials)
     sign = 1.0 if mode == "min" else -1.0
-    return min(finished, key=lambda t: sign * t.best_valid_ppl) if finished else None
+    return min(finished, key=lambda t: sign * t.best_valid_objective) if finished else None
 
 
 def error_line(error: BaseException | None) -> str | None:
@@ -69,8 +69,8 @@ def _format_value(value: Any) -> str:
 
 def format_table(trials: list[TrialSummary], keys: list[str]) -> str:
     """The results table as aligned text (trial, settings, best valid ppl, epochs, time)."""
-    header = ["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status"]
-    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_ppl:.3f}",
+    header = ["trial", *keys, "best_valid_objective", "epochs", "time_s", "status"]
+    body = [[t.trial_id, *[_format_value(t.params.get(k)) for k in keys], f"{t.best_valid_objective:.3f}",
              str(t.epochs), f"{t.time_s:.1f}", t.status] for t in trials]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *body])
@@ -80,9 +80,9 @@ def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
     """The results table as CSV (with the MLflow run id of each trial)."""
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["trial", *keys, "best_valid_ppl", "epochs", "time_s", "status", "run_id"])
+    writer.writerow(["trial", *keys, "best_valid_objective", "epochs", "time_s", "status", "run_id"])
     for t in trials:
-        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_ppl, t.epochs,
+        writer.writerow([t.trial_id, *[t.params.get(k) for k in keys], t.best_valid_objective, t.epochs,
                          round(t.time_s, 3), t.status, t.run_id or ""])
     return out.getvalue()
 
@@ -105,7 +105,7 @@ def results_figure(trials: list[TrialSummary], base):
     def merge_fn(t: TrialSummary) -> str:
         return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
 
-    points = [t for t in trials if math.isfinite(t.best_valid_ppl)]
+    points = [t for t in trials if math.isfinite(t.best_valid_objective)]
     merge_fns = sorted({merge_fn(t) for t in points})
     colours = {m: matplotlib.colormaps["tab10"](i % 10) for i, m in enumerate(merge_fns)}
     fig = Figure(figsize=(10, 4))
@@ -114,7 +114,7 @@ def results_figure(trials: list[TrialSummary], base):
                                (axes[1], "data.gamma", base.data.gamma)):
         for name in merge_fns:
             group = [t for t in points if merge_fn(t) == name]
-            axis.scatter([value(t, key, default) for t in group], [t.best_valid_ppl for t in group],
+            axis.scatter([value(t, key, default) for t in group], [t.best_valid_objective for t in group],
                          color=colours[name], label=f"merge_fn={name}", s=30)
         axis.set_xlabel(key)
         axis.grid(alpha=0.3)

@@ -43,7 +43,9 @@ class TuneSettings(Config):
         max_concurrent_trials: trials running at once (each trial = one TorchTrainer).
         grace_period: epochs before ASHA may stop a trial.
         reduction_factor: ASHA keeps 1/reduction_factor of the trials at each rung.
-        metric / mode: what ASHA, the searcher and the best-trial pick optimise.
+        metric / mode: what ASHA, the searcher and the best-trial pick optimise: any key of the
+            epoch record; ``valid_objective`` is the task's primary metric on validation data
+            (the LM: perplexity; lower is better), also what registration compares.
         seed: seed of the searcher.
     """
 
@@ -53,7 +55,7 @@ class TuneSettings(Config):
     max_concurrent_trials: int = 2
     grace_period: int = 1
     reduction_factor: int = 2
-    metric: str = "valid_ppl"
+    metric: str = "valid_objective"
     mode: Literal["min", "max"] = "min"
     seed: int = 0
 

@@ -17,7 +17,7 @@ A space file is a YAML mapping with three sections::
       scheduler: asha          # asha | fifo
       max_concurrent_trials: 2
       grace_period: 1
-      metric: valid_ppl
+      metric: valid_objective
       mode: min
 
 Every error is raised here, before Ray starts: unknown keys (checked against JobConfig's dotted

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"[run] training {job.model_type} on {job.run.num_workers} Ray Train worker(s), "
           f"{job.train.epochs} epoch(s)")
     training = run_training(job, prepared)
-    print(f"[run] MLflow run {training.run_id}: best valid_ppl {training.best_valid_ppl:.2f} "
+    print(f"[run] MLflow run {training.run_id}: best valid objective {training.best_valid_objective:.4g} "
           f"after {training.epochs} epoch(s), {_seconds(start)}")
 
     if training.model_version is not None:

@@ -67,7 +67,8 @@ def run(args) -> int:
     result = run_training(job, prepared)
     for record in result.history:
         print(_format_record(record))
-    print(f"[train] best valid ppl {result.best_valid_ppl:.2f} over {result.epochs} epochs; "
+    print(f"[train] best valid {job.get_task().primary_metric} {result.best_valid_objective:.4g} "
+          f"over {result.epochs} epochs; "
           f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
           + (f"; registered version {result.model_version}" if result.model_version else ""))
     return 0
@@ -108,7 +109,7 @@ def run_local(job) -> int:
         local = checkpoint.save(Path(tmp) / "model.pt", model, job.model, spec, task=job.task,
                                 extra={"history": summary["history"], "job": job.to_dict()})
         storage.copy(local, path)
-    print(f"[train --local] best valid {task.primary_metric} {summary['best_valid_ppl']:.2f} "
+    print(f"[train --local] best valid {task.primary_metric} {summary['best_valid_objective']:.2f} "
           f"(epoch {summary['best_epoch']}); checkpoint {path}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
     return 0

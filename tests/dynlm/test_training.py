@@ -100,7 +100,7 @@ def test_fit_restores_best_weights_and_callback_stops(tiny_spec, random_rows):
     assert result["epochs_run"] == 3 and len(seen) == 3
     assert [r["epoch"] for r in seen] == [1, 2, 3]  # one numbering everywhere: from 1
     best = min(r["valid_ppl"] for r in result["history"])
-    assert result["best_valid_ppl"] == best
+    assert result["best_valid_objective"] == best
     assert evaluate(model, valid)["ppl"] == pytest.approx(best, rel=1e-6)
     assert {"train_loss", "valid_ppl_reappearing", "train_padding_fraction", "lr"} <= set(result["history"][0])
 

@@ -56,7 +56,7 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     run = client.get_run(champion.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["train.epochs"] == "1"
-    assert {"valid_ppl", "train_loss", "train_ppl", "best_valid_ppl"} <= set(run.data.metrics)
+    assert {"valid_ppl", "train_loss", "train_ppl", "best_valid_objective"} <= set(run.data.metrics)
 
     prepared_root = run.data.tags["dynlm.prepared_root"]
     assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", prepared_root]) == 0

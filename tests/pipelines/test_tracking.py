@@ -30,7 +30,8 @@ def _training(tmp_path, name, job, prepared, seed, valid_ppls, tags=None):
     run_id = tracking.start_training_run(job, prepared, run_name=name, tags=tags)
     history = []
     for epoch, valid_ppl in enumerate(valid_ppls):
-        metrics = {"epoch": epoch, "train_ppl": valid_ppl * 0.8, "valid_ppl": valid_ppl,
+        metrics = {"epoch": epoch, "train_ppl": valid_ppl * 0.8, "valid_ppl": valid_ppl, "valid_objective": valid_ppl,
+                   "objective_metric": "ppl",
                    "valid_ppl_first_mention": valid_ppl * 3, "padding_waste": 0.25,
                    "checkpoint_path": "/not/a/metric"}
         tracking.log_epoch_metrics(run_id, epoch, metrics)
@@ -73,7 +74,7 @@ def test_one_run_per_training(tmp_path, mlflow_uri):
     assert [(m.step, m.value) for m in history] == [(0, 30.0), (1, 20.0), (2, 25.0)]
     assert [m.value for m in client.get_metric_history(run_id, "padding_waste")] == [0.25] * 3
     assert "checkpoint_path" not in run.data.metrics
-    assert run.data.metrics["best_valid_ppl"] == 20.0
+    assert run.data.metrics["best_valid_objective"] == 20.0
     artifacts = {a.path for a in client.list_artifacts(run_id)} | {
         a.path for a in client.list_artifacts(run_id, "data")}
     assert {"config.yaml", "learning_curve.png", "history.json", "data/preprocessor.json",
@@ -141,7 +142,8 @@ def test_champion_challenger(tmp_path, mlflow_uri):
     assert (result.version, result.promoted, result.champion_version) == ("4", True, "4")
     champion = tracking.version_by_alias("dynlm-dntm", "champion")
     assert str(champion.version) == "4" and champion.tags["run_id"] == better
-    assert champion.tags["valid_ppl"] == "35.0" and champion.tags["data_hash"] == data_hash
+    assert champion.tags["valid_objective"] == "35.0" and champion.tags["objective_metric"] == "ppl"
+    assert champion.tags["data_hash"] == data_hash
     assert champion.tags["valid_data_hash"] == valid_hash
     assert champion.tags["promotion"] == result.reason
     assert client.get_run(better).data.tags["registered_version"] == "dynlm-dntm/4"
@@ -191,6 +193,27 @@ def test_another_validation_set_is_never_promoted(tmp_path, mlflow_uri):
     assert measured.promoted and "on validation fixed-set" in measured.reason
     new = tracking.version_by_alias("dynlm-dntm", "champion")
     assert str(new.version) == measured.version and new.tags["valid_data_hash"] == "fixed-set"
+
+
+def test_another_objective_metric_is_not_compared(tmp_path, mlflow_uri):
+    """Registration compares the task's primary metric: a champion scored by another metric (or
+    an old version with only the ``valid_ppl`` tag, read as metric ``ppl``) is not comparable."""
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    prepared = make_prepared_folder(tmp_path / "prepared", pre)
+    client = MlflowClient(mlflow_uri, mlflow_uri)
+    legacy, _ = _training(tmp_path, "legacy", job, prepared, seed=1, valid_ppls=[40.0])
+    assert tracking.register_and_promote(legacy, 40.0).promoted
+    client.delete_model_version_tag("dynlm-dntm", "1", "valid_objective")  # as registered before
+    client.delete_model_version_tag("dynlm-dntm", "1", "objective_metric")
+    client.set_model_version_tag("dynlm-dntm", "1", "valid_ppl", "40.0")
+    other, _ = _training(tmp_path, "other", job, prepared, seed=2, valid_ppls=[0.5])
+    result = tracking.register_and_promote(other, 0.5, metric="f1_error")
+    assert (result.decision, result.champion_version) == ("rejected", "1")
+    assert "(scored by ppl)" in result.reason and "f1_error values on different validation sets" in result.reason
+    worse, _ = _training(tmp_path, "worse", job, prepared, seed=3, valid_ppls=[41.0])
+    result = tracking.register_and_promote(worse, 41.0)  # the legacy tag is still compared, metric ppl
+    assert result.reason.startswith("not promoted: valid_ppl 41.0000 does not beat champion ppl 40.0000")
 
 
 def _concurrently(calls):

@@ -111,7 +111,7 @@ def test_four_trial_asha_search(ray_session, stale_ray_address_file, mlflow_uri,
     assert {t.status for t in result.trials} == {"TERMINATED"}
     assert sorted(t.params["data.bpe_merges"] for t in result.trials) == [0, 0, 50, 50]
     for t in result.trials:
-        assert 1 <= t.epochs <= 2 and t.best_valid_ppl > 1.0
+        assert 1 <= t.epochs <= 2 and t.best_valid_objective > 1.0
 
     client = MlflowClient(tracking_uri=mlflow_uri, registry_uri=mlflow_uri)
     children = _child_runs(client, result.parent_run_id)
@@ -124,8 +124,8 @@ def test_four_trial_asha_search(ray_session, stale_ray_address_file, mlflow_uri,
 
     # the best finished trial is registered and (first model) becomes champion
     finished = [t for t in result.trials if t.run_status == "FINISHED"]
-    assert result.best == min(finished, key=lambda t: t.best_valid_ppl)
-    assert parent.data.metrics["best_valid_ppl"] == pytest.approx(result.best.best_valid_ppl)
+    assert result.best == min(finished, key=lambda t: t.best_valid_objective)
+    assert parent.data.metrics["best_valid_objective"] == pytest.approx(result.best.best_valid_objective)
     champion = client.get_model_version_by_alias("dynlm-dntm", "champion")
     assert champion.tags["run_id"] == result.best.run_id
     assert result.registration.promoted

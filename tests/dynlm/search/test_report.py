@@ -32,11 +32,11 @@ def trials() -> list[TrialSummary]:
 
 def test_results_table_and_csv(trials):
     lines = format_table(trials, KEYS).splitlines()
-    assert lines[0].split() == ["trial", *KEYS, "best_valid_ppl", "epochs", "time_s", "status"]
+    assert lines[0].split() == ["trial", *KEYS, "best_valid_objective", "epochs", "time_s", "status"]
     assert lines[1].split() == ["t0", "0", "max", "41.250", "2", "10.0", "TERMINATED"]
     rows = list(csv.DictReader(io.StringIO(results_csv(trials, KEYS))))
     assert [r["trial"] for r in rows] == ["t0", "t1", "t2"]
-    assert rows[1]["best_valid_ppl"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
+    assert rows[1]["best_valid_objective"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
 
 
 def test_results_figure(trials, tmp_path):
