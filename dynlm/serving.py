@@ -129,6 +129,13 @@ def _as_sentences(value: Any, index: int) -> list[list[str]]:
                                    f"list of strings; got {sentence[:5]!r}")
         sentences = [[t for t in sentence if t.strip()] for sentence in sentences]
     sentences = [s for s in sentences if s]
+    for sentence in sentences:
+        for token in sentence:
+            try:
+                token.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800"): not text
+                raise InputError(f"document {index}: token {token!r} is not valid Unicode text "
+                                 "(a lone surrogate); send UTF-8 text") from None
     if not sentences:
         raise InputError(f"document {index} is empty: give at least one line with a word "
                            "('text') or one non-empty sentence ('tokens')")
@@ -139,8 +146,9 @@ def parse_input(model_input: Any) -> list[list[list[str]]]:
     """Documents as lists of token sentences from a DataFrame, a dict, a list or a string.
 
     Raises:
-        InputError: the input is not one of those, has another column, no rows, or a document
-            that is empty or gives both ``text`` and ``tokens``; the message names the document.
+        InputError: the input is not one of those, has another column or neither ``text`` nor
+            ``tokens``, no rows, or a document that is empty, is not text (a lone surrogate) or
+            gives both ``text`` and ``tokens``; the message names the document or the column.
     """
     import pandas as pd  # lazy: only the pyfunc input needs it
 
@@ -157,6 +165,9 @@ def parse_input(model_input: Any) -> list[list[list[str]]]:
     unknown = sorted(set(model_input.columns) - {"text", "tokens"})
     if unknown:
         raise InputError(f"unknown input column(s) {unknown}: use 'text' or 'tokens'")
+    if not {"text", "tokens"} & set(model_input.columns):
+        raise InputError("the input has no 'text' or 'tokens' column: give one document per row, "
+                         "as raw text in column 'text' or as a list of sentences in column 'tokens'")
     if len(model_input) == 0:
         raise InputError("no documents: the input has no rows")
     documents = []
@@ -173,13 +184,21 @@ def parse_input(model_input: Any) -> list[list[list[str]]]:
 
 def score_documents(model: torch.nn.Module, model_cfg: ModelConfig, spec: VocabSpec,
                     preprocessor: Preprocessor, documents: list[list[list[str]]]) -> list[dict]:
-    """Per-token log-probabilities and perplexity of each document (one output dict each)."""
+    """Per-token log-probabilities and perplexity of each document (one output dict each).
+
+    Raises:
+        InputError: a document names an entity ``<unkN>`` beyond the model's chains.
+    """
     results: list[dict] = []
     for start in range(0, len(documents), MAX_DOCUMENTS_PER_BATCH):
         chunk = documents[start:start + MAX_DOCUMENTS_PER_BATCH]
         rows = []
         for offset, sentences in enumerate(chunk):
-            row = dict(preprocessor.encode_text(sentences))
+            try:
+                row = dict(preprocessor.encode_text(sentences))
+            except ValueError as exc:  # an entity <unkN> beyond the model's chains
+                raise InputError(f"document {start + offset}: {exc} (this model reads the entities "
+                                 f"<unk1>..<unk{spec.num_entities}>)") from None
             row["doc_id"], row["source_file"] = f"input-{start + offset}", "<pyfunc input>"
             rows.append(row)
         batch = collate_documents(rows, spec)

@@ -30,7 +30,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     includes Tune's SearchSpaceError), a missing input, config or checkpoint file
     (``FileNotFoundError``), a run name that is taken (``FileExistsError``), inputs that follow
     no single split rule or leave the train split empty; plus, in
-    :func:`is_user_error`, a registered model or alias MLflow does not know.
+    :func:`is_user_error`, a registered model or alias MLflow does not know and a tracking
+    server that does not answer (``pipelines.tracking.TrackingServerUnreachable``).
     Anything else is a bug or an infrastructure failure and keeps its traceback.
     """
     from dynlm.config import ConfigError
@@ -41,8 +42,12 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    """True when ``exc`` is one of :func:`user_error_types` or MLflow's "does not exist"."""
+    """True when ``exc`` is one of :func:`user_error_types`, MLflow's "does not exist" or a
+    tracking server that does not answer."""
     if isinstance(exc, user_error_types()):
+        return True
+    tracking = sys.modules.get("pipelines.tracking")  # never imported: not its error
+    if tracking is not None and isinstance(exc, tracking.TrackingServerUnreachable):
         return True
     mlflow_exceptions = sys.modules.get("mlflow.exceptions")  # never imported: not MLflow's error
     return (mlflow_exceptions is not None and isinstance(exc, mlflow_exceptions.MlflowException)

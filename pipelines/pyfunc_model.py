@@ -64,12 +64,13 @@ class DynLMPyfunc(mlflow.pyfunc.PythonModel):
         if self.task.name != "lm":  # loaded and evaluated like any model; scoring documents is the LM's
             raise InvalidInput(f"a {self.task.name!r} task model scores no documents here; evaluate it "
                                "with `dynlm evaluate --model <its models:/ URI>`")
-        try:
+        try:  # bad input is a 400 with its one-line reason (an InputError), never a traceback
             documents = serving.parse_input(model_input)
+            scores = serving.score_documents(self.model, self.model_cfg, self.spec, self.preprocessor,
+                                             documents)
         except serving.InputError as exc:
-            raise InvalidInput(str(exc)) from exc
-        return pd.DataFrame(serving.score_documents(self.model, self.model_cfg, self.spec,
-                                                    self.preprocessor, documents))
+            raise InvalidInput(str(exc)) from None
+        return pd.DataFrame(scores)
 
 
 mlflow.models.set_model(DynLMPyfunc())

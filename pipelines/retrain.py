@@ -260,7 +260,7 @@ def retrain(cfg: RetrainConfig, *, log=print) -> RetrainResult:
     is untouched)."""
     from pipelines import tracking
 
-    uri = tracking.configure(cfg.tracking_uri)
+    uri = tracking.configure(tracking.check_reachable(cfg.tracking_uri))  # before Ray starts
     name = promotion.registered_name(cfg.model_type)
     champion = tracking.version_by_alias(name, tracking.CHAMPION, tracking_uri=uri)
     if champion is None:

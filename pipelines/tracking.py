@@ -27,6 +27,8 @@ import json
 import os
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +41,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dynlm import checkpoint_folder, figures, promotion, serving, storage
-from dynlm.config import flatten_config
+from dynlm.config import ConfigError, flatten_config
 from dynlm.data.prepared import PreparedData
 from dynlm.tasks import DEFAULT_TASK
 from pipelines import console
@@ -95,6 +97,63 @@ def artifact_root(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
     return None
+
+
+TRACKING_TIMEOUT_ENV = "DYNLM_TRACKING_TIMEOUT_S"
+DEFAULT_TRACKING_TIMEOUT_S = 5.0
+_RETRY_PAUSE_S = 0.5
+
+
+class TrackingServerUnreachable(ConnectionError):
+    """The tracking server of an ``http(s)://`` URI does not answer (a user error: exit 2)."""
+
+
+def tracking_timeout_s() -> float:
+    """How long :func:`check_reachable` tries a server: ``$DYNLM_TRACKING_TIMEOUT_S``, default 5 s."""
+    text = os.environ.get(TRACKING_TIMEOUT_ENV, "")
+    if not text:
+        return DEFAULT_TRACKING_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise ConfigError(f"${TRACKING_TIMEOUT_ENV}={text!r}: give a number of seconds above 0")
+    return seconds
+
+
+def check_reachable(explicit: str | None = None) -> str:
+    """Fail fast, before Ray starts, when the tracking server of an ``http(s)://`` URI is down.
+
+    MLflow's own client retries a dead server for minutes; this asks the server's ``/health``
+    once per half second for :func:`tracking_timeout_s` seconds instead. Any HTTP answer (a
+    proxy's 401 or 404 too) counts as reachable; other URIs (SQLite files) are not checked.
+
+    Returns:
+        the URI (:func:`tracking_uri`).
+
+    Raises:
+        TrackingServerUnreachable: ``MLflow tracking server <uri> is not reachable (<why>)``.
+    """
+    uri = tracking_uri(explicit)
+    if not uri.startswith(("http://", "https://")):
+        return uri
+    budget = tracking_timeout_s()
+    deadline = time.monotonic() + budget
+    while True:
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=max(deadline - time.monotonic(), 0.1)).close()
+            return uri
+        except urllib.error.HTTPError:
+            return uri  # the server (or its proxy) answered
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+        if time.monotonic() + _RETRY_PAUSE_S >= deadline:
+            raise TrackingServerUnreachable(
+                f"MLflow tracking server {uri} is not reachable ({reason}; tried for {budget:g} s, "
+                f"${TRACKING_TIMEOUT_ENV}): start it, or give a running one with --tracking-uri "
+                "or $MLFLOW_TRACKING_URI")
+        time.sleep(_RETRY_PAUSE_S)
 
 
 def configure(explicit: str | None = None) -> str:

@@ -207,10 +207,10 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
 
     from pipelines import tracking
 
+    uri = tracking.check_reachable(space.base.run.tracking_uri)  # before Ray starts
     _init_ray()
     _check_local_cluster(space)
     print(describe(space), flush=True)
-    uri = tracking.tracking_uri(space.base.run.tracking_uri)
     base = trials_base(space, uri)
     experiment = experiment or f"tune-{Path(space.source).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     exp_uri = experiment_uri(base.run.storage_path, experiment)
@@ -248,8 +248,8 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
     from ray import tune
 
     from dynlm.job import RunSettings
+    from pipelines import tracking
 
-    _init_ray()
     if storage.is_uri(experiment) or storage.is_dir(experiment):
         exp_uri = storage.absolute(experiment)
     else:
@@ -260,6 +260,8 @@ def resume_search(experiment: str, *, storage_path: str | None = None) -> Search
         saved = json.loads(storage.read_text(f"{exp_uri}/{SIDECAR}"))
     except (FileNotFoundError, OSError) as exc:
         raise FileNotFoundError(f"no dynlm search at {exp_uri} ({SIDECAR} missing): {exc}") from exc
+    tracking.check_reachable(saved["tracking_uri"])  # before Ray starts
+    _init_ray()
     space = from_resolved(saved["space"])
     context = saved["context"]
     if not tune.Tuner.can_restore(exp_uri):

@@ -74,6 +74,8 @@ def load_any_model(model: str, tracking_uri: str | None = None):
     from pipelines import tracking
 
     if is_uri(model) or model.startswith(("models:/", "runs:/")):
+        if model.startswith(("models:/", "runs:/")):
+            tracking.check_reachable(tracking_uri)  # seconds, not MLflow's minutes of retries
         return tracking.load_model(model, tracking_uri=tracking_uri)
     path = find_checkpoint_file(model)
     loaded = load_checkpoint(path)

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         overrides.append(f"run.tracking_uri={args.tracking_uri}")
     job = load_job(args.config, overrides)
-    uri = tracking.tracking_uri(job.run.tracking_uri)
+    uri = tracking.check_reachable(job.run.tracking_uri)  # before Ray starts
     job = job.replace(run={**job.run.to_dict(), "tracking_uri": uri})  # workers get the absolute URI
     start = t0 = time.monotonic()
 

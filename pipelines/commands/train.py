@@ -55,13 +55,16 @@ def run(args) -> int:
     from pipelines.defaults import ensure_synthetic_corpus
 
     job = job_from_args(args)
-    ensure_synthetic_corpus(job)
     if args.local:
+        ensure_synthetic_corpus(job)
         return run_local(job)
+    from pipelines import tracking
     from pipelines.prepare import prepare
     from pipelines.ray_env import init_ray
     from pipelines.train import run_training
 
+    tracking.check_reachable(job.run.tracking_uri)  # seconds, not MLflow's minutes of retries
+    ensure_synthetic_corpus(job)
     init_ray()
     prepared = prepare(job.data, task=job.task, progress=False)
     result = run_training(job, prepared)

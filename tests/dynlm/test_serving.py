@@ -76,6 +76,8 @@ def test_parse_input_forms():
     (pd.DataFrame({"text": [None]}), "document 0 is empty: no 'text' and no 'tokens'"),
     (pd.DataFrame({"tokens": [[[1, 2]]]}), "each a list of strings"),
     (pd.DataFrame({"tokens": [5]}), "'tokens' must be a list of sentences .* got int"),
+    (pd.DataFrame(index=[0]), "the input has no 'text' or 'tokens' column"),
+    (pd.DataFrame({"tokens": [[["a", "\ud800"]]]}), r"document 0: token '\\ud800' is not valid Unicode text"),
 ])
 def test_parse_input_errors_name_the_document(model_input, message):
     with pytest.raises(serving.InputError, match=message):
@@ -94,3 +96,15 @@ def test_score_documents(artifacts):
     assert second["tokens"] == ["zeppelin", ".", "<eos>"] and second["num_unknown"] == 1
     alone = serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, documents[1:])[0]
     assert alone["token_log_probs"] == pytest.approx(second["token_log_probs"], abs=1e-6)  # batch-independent
+
+
+def test_score_documents_refuses_an_entity_beyond_the_chains(artifacts):
+    _, model, model_cfg, preprocessor = artifacts
+    known = f"<unk{preprocessor.spec.num_entities}>"
+    serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, serving.parse_input(f"{known} ."))
+    beyond = f"<unk{preprocessor.spec.num_entities + 1}>"
+    with pytest.raises(serving.InputError, match=(
+            rf"^document 1: entity token '{beyond}' is beyond max_chains={preprocessor.spec.num_entities} "
+            rf"\(this model reads the entities <unk1>..{known}\)$")):
+        serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor,
+                                serving.parse_input(["the ship .", f"{beyond} laughed ."]))

@@ -77,6 +77,10 @@ def test_which_exceptions_are_user_errors():
     assert is_user_error(EmptyTrainSplit("no train document")) and is_user_error(SplitRuleError("mixed inputs"))
     assert is_user_error(MlflowException("no such model", error_code=RESOURCE_DOES_NOT_EXIST))
     assert not is_user_error(MlflowException("bad value", error_code=INVALID_PARAMETER_VALUE))
+    from pipelines.tracking import TrackingServerUnreachable
+
+    assert is_user_error(TrackingServerUnreachable("MLflow tracking server http://x is not reachable"))
+    assert not is_user_error(ConnectionError("a Ray cluster is gone"))
     assert not is_user_error(ValueError("a bug")) and not is_user_error(KeyError("a bug"))
     assert error_line(ConfigError("first\n  second")) == "dynlm: error: first second"
 

@@ -21,6 +21,7 @@ from pipelines import tracking
 from pipelines.defaults import default_job
 from tiny_lm import make_prepared_folder, make_tiny_lm
 
+REPO = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 180  # a loaded 2-core CI machine needs ~10-60 s
 TEXT = "the captain saw the zeppelin .\n<unk1> laughed ."
 
@@ -31,14 +32,30 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _post(url: str, payload: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+def _post(url: str, payload: dict | bytes) -> tuple[int, dict]:
+    """POST ``payload`` (a dict as JSON, or raw bytes as they are); return (status, JSON body)."""
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+# Bad requests and what the 400's reason must say (the last line of the body's "message").
+BAD_REQUESTS = {
+    "entity beyond the chains": ({"dataframe_records": [{"text": "<unk999> laughed ."}]},
+                                 "document 0: entity token '<unk999>' is beyond max_chains=4"),
+    "no text column": ({"dataframe_records": [{"txt": TEXT}]},
+                       "the input has no 'text' or 'tokens' column"),
+    "empty text": ({"dataframe_records": [{"text": "  "}]}, "document 0 is empty"),
+    "lone surrogate": (b'{"dataframe_records": [{"text": "the \\ud800 captain"}]}',
+                       "surrogates not allowed"),  # MLflow's own 400 (dynlm's check: test_serving.py)
+    "non-UTF-8 bytes": (b'{"dataframe_records": [{"text": "the \xff\xfe captain"}]}',
+                        "Ensure that input is a valid JSON formatted string"),
+    "malformed JSON": (b'{"dataframe_records": [{"text": ', "Ensure that input is a valid JSON formatted string"),
+}
 
 
 @pytest.mark.slow
@@ -95,9 +112,15 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
         assert status == 200, body
         assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
 
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": "  "}]})
-        assert status == 400
-        assert "document 0 is empty" in body["message"]
+        for name, (payload, reason) in BAD_REQUESTS.items():
+            status, body = _post(f"{base}/invocations", payload)
+            assert status == 400, (name, body)
+            assert reason in body["message"], (name, body)
+            assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (name, body)
+            assert str(REPO) not in json.dumps(body) and "site-packages" not in json.dumps(body), (name, body)
+        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
+        assert status == 200, body  # the server still answers after every bad request
+        assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from dynlm import checkpoint, promotion
 from pipelines import tracking
 from pipelines.defaults import default_job
 from tiny_lm import make_prepared_folder, make_tiny_lm
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _job(tmp_path, *overrides):
@@ -269,3 +272,67 @@ def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_u
     assert f"champion moved from v{winner.version} to v{promoted.version}" in refused.reason
     assert refused.champion_version == promoted.version
     assert str(tracking.version_by_alias("dynlm-dntm", "champion").version) == promoted.version
+
+
+def _port_nobody_listens_on() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_reachability_budget_and_which_uris_are_checked(tmp_path, monkeypatch):
+    from dynlm.config import ConfigError
+
+    monkeypatch.delenv(tracking.TRACKING_TIMEOUT_ENV, raising=False)
+    assert tracking.tracking_timeout_s() == 5.0
+    monkeypatch.setenv(tracking.TRACKING_TIMEOUT_ENV, "0.3")
+    uri = f"sqlite:///{tmp_path / 'no-server.db'}"
+    assert tracking.check_reachable(uri) == uri  # a file store: nothing to reach
+    start = time.monotonic()
+    with pytest.raises(tracking.TrackingServerUnreachable, match=r"^MLflow tracking server http://127\.0\.0\.1:\d+ "
+                       r"is not reachable \(.*refused; tried for 0\.3 s"):
+        tracking.check_reachable(f"http://127.0.0.1:{_port_nobody_listens_on()}")
+    assert time.monotonic() - start < 2
+    for bad in ("0", "-1", "soon"):
+        monkeypatch.setenv(tracking.TRACKING_TIMEOUT_ENV, bad)
+        with pytest.raises(ConfigError, match=rf"DYNLM_TRACKING_TIMEOUT_S='{bad}': give a number of seconds above 0"):
+            tracking.tracking_timeout_s()
+
+
+def test_unreachable_server_is_one_line_before_ray(tmp_path):
+    """Every verb that talks to MLflow fails in seconds, naming the URI, before Ray starts."""
+    import os
+    import subprocess
+    import sys
+
+    uri = f"http://127.0.0.1:{_port_nobody_listens_on()}"
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "doc.txt").write_text("The cat sat .\n", encoding="utf-8")
+    (tmp_path / "retrain.yaml").write_text(json.dumps(
+        {"data": {"inputs": [str(tmp_path / "corpus")]}, "validation": str(tmp_path / "corpus")}), encoding="utf-8")
+    verbs = {
+        "train": ["train", "--tracking-uri", uri],
+        "run": ["run", "--tracking-uri", uri],
+        "evaluate": ["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", str(tmp_path),
+                     "--tracking-uri", uri],
+        "tune": ["tune", "--space", str(REPO / "tune_spaces" / "quickstart.yaml"),
+                 "--tracking-uri", uri],
+        "retrain": ["retrain", "--config", str(tmp_path / "retrain.yaml"), "--tracking-uri", uri],
+    }
+    for verb, argv in verbs.items():
+        ray_tmp = tmp_path / f"ray-{verb}"
+        ray_tmp.mkdir()
+        env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "DYNLM_TRACKING_TIMEOUT_S": "2"}
+        env.pop("RAY_ADDRESS", None)
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        seconds = time.monotonic() - start
+        assert done.returncode == 2, (verb, done.stderr[-3000:])
+        assert done.stderr.splitlines()[-1].startswith(
+            f"dynlm: error: MLflow tracking server {uri} is not reachable ("), (verb, done.stderr)
+        assert "Traceback" not in done.stderr, verb
+        assert seconds < 15, (verb, seconds)
+        assert list(ray_tmp.iterdir()) == [], (verb, "Ray was started")  # no Ray session folder
