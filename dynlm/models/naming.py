@@ -14,8 +14,19 @@ Both are trained with noise-contrastive estimation (``noise_samples`` draws from
 distribution of the targets, :mod:`dynlm.modules.nce`) and scored with the normalised softmax
 at evaluation.
 
-This file imports only torch (plus the strict config base). The data side that fills
-:class:`NamingBatch` is :mod:`dynlm.tasks.naming`.
+Every model built by :func:`build_naming_model` has
+
+* ``forward(batch) -> NCEScores``: the training objective's inputs (give them to
+  :func:`dynlm.modules.nce.nce_loss`);
+* ``log_prob(batch) -> [B]``: the normalised log p(name | function);
+* ``nll(batch) -> (nll_sum, count)``: the normalised NLL per prediction event (a name, or a
+  subtoken or END), for the training perplexity;
+* ``suggest(batch, top_k=None)``: per function the ranked ``(ids, log p)`` suggestions.
+
+This file imports torch, the strict config base and two building blocks of
+:mod:`dynlm.modules` (the context vector, the beam search). The data side that fills
+:class:`NamingBatch` is :mod:`dynlm.tasks.naming`; the frequency baseline is
+:mod:`dynlm.models.naming_baseline`.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class BeamResult:
     tokens:  [B, R, L]  long, the sequence without END, ``pad_id`` after its length
     lengths: [B, R]     long
     scores:  [B, R]     total log-probability including END; ``-inf`` where a row found fewer
-                        than R sequences (ignore those slots)
+                        than R sequences (those slots: all ``pad_id``, length 0)
     """
 
     tokens: torch.Tensor
@@ -86,4 +86,6 @@ def beam_search(step_log_probs: Callable[[torch.Tensor], torch.Tensor], batch_si
         prefixes = torch.cat([prefixes.gather(1, origin[..., None].expand(-1, -1, length)), token[..., None]], dim=2)
         if bool((best_scores[:, -1] >= live.max(dim=1).values).all()):
             break  # no live prefix can beat the R-th finished sequence of any row
-    return BeamResult(best_tokens, best_lengths, best_scores)
+    missing = best_scores == float("-inf")  # [B, R] slots no sequence filled
+    best_tokens = best_tokens.masked_fill(missing[..., None], pad_id)
+    return BeamResult(best_tokens, best_lengths.masked_fill(missing, 0), best_scores)

@@ -225,3 +225,15 @@ def test_counts_left_empty_give_a_uniform_noise():
     model = build_naming_model(config("name"), spec)
     assert model.noise_probs.tolist() == pytest.approx([0] + [1 / 6] * 6)
     assert math.isfinite(model.log_prob(BATCH).sum().item())
+
+
+def test_an_inactive_batch_has_no_events_and_still_backpropagates():
+    # PAD names and all-PAD subtokens: the row a DDP rank without data trains on
+    blank = batch_of([[0, 0]], [[0] * 8], [PAD], [[PAD, PAD]])
+    for model_type in ("name", "subtoken"):
+        model = model_of(model_type)
+        scores = model(blank)
+        assert scores.target_scores.shape == (0,) and scores.noise_scores.shape == (0, 5)
+        nce_loss(scores).sum().backward()
+        assert all(p.grad is not None and p.grad.abs().sum() == 0 for p in model.parameters())
+        assert model.nll(blank)[1] == 0
