@@ -183,8 +183,10 @@ class _LogBilinearNaming(nn.Module):
 
     def log_softmax(self, context: torch.Tensor) -> torch.Tensor:
         """``[..., D]`` context vectors -> ``[..., V]`` normalised log p(t | c) (-inf at non-targets)."""
-        scores = context @ self.target_embed.weight.t() + self.target_bias  # s(t, c)
-        return scores.masked_fill(self.never_target, float("-inf")).log_softmax(dim=-1)
+        flat = context.reshape(-1, context.shape[-1])  # [N, D]
+        scores = torch.addmm(self.target_bias, flat, self.target_embed.weight.t())  # s(t, c) = r̂_c · q_t + b_t, [N, V]
+        scores.masked_fill_(self.never_target, float("-inf"))
+        return scores.log_softmax(dim=-1).view(*context.shape[:-1], scores.shape[-1])
 
     def nce_scores(self, context: torch.Tensor, targets: torch.Tensor) -> NCEScores:
         """NCE inputs of N events: ``context [N, D]``, ``targets [N]``; k noise ids per event

@@ -79,7 +79,7 @@ def beam_search(step_log_probs: Callable[[torch.Tensor], torch.Tensor], batch_si
         if length == max_length:
             break
         # extend every live prefix by every allowed token; keep the beam_size best
-        extended = live[..., None] + log_probs.index_fill(-1, not_extended, float("-inf"))  # [B, W, V]
+        extended = (live[..., None] + log_probs).index_fill_(-1, not_extended, float("-inf"))  # [B, W, V]
         flat = extended.reshape(batch_size, -1)
         live, chosen = flat.topk(min(beam_size, flat.shape[1]), dim=1)  # [B, W']
         origin, token = chosen // vocab_size, chosen % vocab_size
