@@ -6,10 +6,12 @@ MLflow stores this file with the model and runs it to load the model; it calls
 ``dynlm/serving.py``'s; this file adds the MLflow side: the signature, the input example, and
 bad input as an ``MlflowException`` (HTTP 400 from ``mlflow models serve``).
 
-Input: a DataFrame with one document per row, either column ``text`` (raw text, one sentence
-per line) or column ``tokens`` (a list of sentences, each a list of strings). Output: one row
-per document: ``tokens``, ``token_log_probs``, ``num_tokens``, ``num_unknown``, ``log_prob``,
-``perplexity`` (see :func:`dynlm.serving.score_documents`).
+What a request holds and what the answer is are the task's (``Task.serving_inputs`` /
+``serving_outputs`` / ``serve``, the signature built from them here). The LM task: one document
+per row, column ``text`` (raw text, one sentence per line) or ``tokens`` (a list of sentences,
+each a list of strings) -> ``tokens``, ``token_log_probs``, ``num_tokens``, ``num_unknown``,
+``log_prob``, ``perplexity`` (:func:`dynlm.serving.score_documents`). The naming task: column
+``source`` (Python source text) -> one row per function with its suggested names.
 
 This file imports only pandas, mlflow and dynlm (bundled with the model as code), never
 ``pipelines``, so a served model does not need this repository's pipeline code.
@@ -27,22 +29,26 @@ from mlflow.types.schema import Array, ColSpec, Schema
 
 from dynlm import serving
 
-SIGNATURE = ModelSignature(
-    inputs=Schema([
-        ColSpec(DataType.string, "text", required=False),
-        ColSpec(Array(Array(DataType.string)), "tokens", required=False),
-    ]),
-    outputs=Schema([
-        ColSpec(Array(DataType.string), "tokens"),
-        ColSpec(Array(DataType.double), "token_log_probs"),
-        ColSpec(DataType.long, "num_tokens"),
-        ColSpec(DataType.long, "num_unknown"),
-        ColSpec(DataType.double, "log_prob"),
-        ColSpec(DataType.double, "perplexity"),
-    ]),
-)
-INPUT_EXAMPLE = pd.DataFrame({"text": ["The old captain walked into the harbour town .\n"
-                                       "He looked at the ships ."]})
+# Task.serving_inputs / serving_outputs column types (dynlm.tasks.base.SERVING_TYPES) -> MLflow's.
+COLUMN_TYPES = {
+    "string": DataType.string, "long": DataType.long, "double": DataType.double,
+    "list<string>": Array(DataType.string), "list<double>": Array(DataType.double),
+    "list<list<string>>": Array(Array(DataType.string)),
+}
+
+
+def signature_for(task) -> ModelSignature | None:
+    """The model signature of ``task``'s served model (None: the task answers no requests)."""
+    if not task.serving_inputs:
+        return None
+    return ModelSignature(
+        inputs=Schema([ColSpec(COLUMN_TYPES[kind], name, required=False) for name, kind in task.serving_inputs]),
+        outputs=Schema([ColSpec(COLUMN_TYPES[kind], name) for name, kind in task.serving_outputs]))
+
+
+def input_example_for(task) -> pd.DataFrame | None:
+    """``task``'s example request as a DataFrame (None: none)."""
+    return pd.DataFrame(task.serving_example) if task.serving_example else None
 
 
 class InvalidInput(MlflowException):
@@ -53,7 +59,7 @@ class InvalidInput(MlflowException):
 
 
 class DynLMPyfunc(mlflow.pyfunc.PythonModel):
-    """pyfunc wrapper: raw text or token lists -> per-token log-probs and perplexity."""
+    """pyfunc wrapper: a request -> the model's task's answer (``Task.serve``)."""
 
     def load_context(self, context) -> None:
         paths = {key: context.artifacts[key] for key in serving.ARTIFACT_KEYS}
@@ -61,16 +67,11 @@ class DynLMPyfunc(mlflow.pyfunc.PythonModel):
             paths["weights"], paths["model_config"], paths["preprocessor"])
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
-        if self.task.name != "lm":  # loaded and evaluated like any model; scoring documents is the LM's
-            raise InvalidInput(f"a {self.task.name!r} task model scores no documents here; evaluate it "
-                               "with `dynlm evaluate --model <its models:/ URI>`")
         try:  # bad input is a 400 with its one-line reason (an InputError), never a traceback
-            documents = serving.parse_input(model_input)
-            scores = serving.score_documents(self.model, self.model_cfg, self.spec, self.preprocessor,
-                                             documents)
+            rows = self.task.serve(self.model, self.model_cfg, self.spec, self.preprocessor, model_input)
         except serving.InputError as exc:
             raise InvalidInput(str(exc)) from None
-        return pd.DataFrame(scores)
+        return pd.DataFrame(rows, columns=[name for name, _ in self.task.serving_outputs])
 
 
 mlflow.models.set_model(DynLMPyfunc())

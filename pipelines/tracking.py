@@ -43,7 +43,7 @@ from mlflow.exceptions import MlflowException
 from dynlm import checkpoint_folder, figures, promotion, serving, storage
 from dynlm.config import ConfigError, flatten_config
 from dynlm.data.prepared import PreparedData
-from dynlm.tasks import DEFAULT_TASK
+from dynlm.tasks import DEFAULT_TASK, get_task
 from pipelines import console
 
 CHAMPION = "champion"
@@ -381,7 +381,7 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
 
 def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
     """Arguments shared by save/log: models-from-code file, artifacts, signature, example, env
-    (the signature and input example are the LM's: the pyfunc scores documents for the LM task)."""
+    (the signature and input example are the task's: ``Task.serving_inputs`` ... ``serving_example``)."""
     import importlib.metadata
 
     import dynlm
@@ -395,8 +395,8 @@ def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
         "artifacts": artifacts,
         # dynlm's source goes with the model, so a served model runs the code it was trained with.
         "code_paths": [str(Path(dynlm.__file__).resolve().parent)],
-        "signature": pyfunc_model.SIGNATURE if task == DEFAULT_TASK else None,
-        "input_example": pyfunc_model.INPUT_EXAMPLE if task == DEFAULT_TASK else None,
+        "signature": pyfunc_model.signature_for(get_task(task)),
+        "input_example": pyfunc_model.input_example_for(get_task(task)),
         # Listed, not inferred: inference would load the model in a subprocess (slow).
         "pip_requirements": [pinned("mlflow"), pinned("torch"), pinned("tokenizers"),
                              pinned("pyarrow"), pinned("numpy"), pinned("pandas"), pinned("pyyaml")],

@@ -29,6 +29,9 @@ import pyarrow as pa
 # record was quarantined or dropped.
 PARSED_COLUMNS = ("kind", "doc_id", "source_file", "input_file", "split", "line", "reason")
 
+# Column types of ``Task.serving_inputs`` / ``serving_outputs`` (the pyfunc maps them to MLflow's).
+SERVING_TYPES = ("string", "long", "double", "list<string>", "list<double>", "list<list<string>>")
+
 
 class Task(ABC):
     """One kind of data + model family. Subclasses set the class attributes and the members below.
@@ -186,6 +189,23 @@ class Task(ABC):
     @abstractmethod
     def evaluate(self, model, batches: Iterable[Any]) -> dict:
         """``metrics().compute()`` over ``batches``: ``loss``, ``primary_metric``, ``tokens`` and raw sums."""
+
+    # ----------------------------------------------------------------------------- serving
+    # What a served model (``mlflow models serve``, the pyfunc in pipelines/pyfunc_model.py)
+    # reads and answers: ``(column, type)`` pairs, type one of SERVING_TYPES; every input
+    # column is optional (the task says which it needs), and an example request.
+    serving_inputs: ClassVar[tuple[tuple[str, str], ...]] = ()
+    serving_outputs: ClassVar[tuple[tuple[str, str], ...]] = ()
+    serving_example: ClassVar[dict[str, list]] = {}
+
+    def serve(self, model, model_cfg, spec, preprocessor, request) -> list[dict]:
+        """A served model's answer: ``request`` (a pandas DataFrame, or a dict/list/str the task
+        accepts) -> one dict per output row, keyed by ``serving_outputs``. Bad input raises
+        :class:`dynlm.serving.InputError` with a one-line reason (HTTP 400, no traceback)."""
+        from dynlm.serving import InputError
+
+        raise InputError(f"a {self.name!r} task model answers no requests; evaluate it with "
+                         "`dynlm evaluate --model <its models:/ URI>`")
 
     # ------------------------------------------------------------------------------ report
     @abstractmethod

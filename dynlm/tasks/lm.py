@@ -17,6 +17,7 @@ train_step/evaluate :func:`dynlm.training.train_step` / ``evaluate``
 metrics             :class:`dynlm.metrics.MetricAccumulator`
 metric_table        :func:`dynlm.tasks.lm_table.format_metrics_table`
 metric_figures      :func:`dynlm.tasks.lm_figure.accumulation_figure` (``accumulation.png``)
+serve               :func:`dynlm.serving.parse_input` + ``score_documents`` (the served model)
 =================== ==================================================================
 """
 
@@ -130,6 +131,19 @@ class LMTask(Task):
 
     def evaluate(self, model, batches) -> dict:
         return training.evaluate(model, batches)
+
+    serving_inputs = (("text", "string"), ("tokens", "list<list<string>>"))
+    serving_outputs = (("tokens", "list<string>"), ("token_log_probs", "list<double>"), ("num_tokens", "long"),
+                       ("num_unknown", "long"), ("log_prob", "double"), ("perplexity", "double"))
+    serving_example = {"text": ["The old captain walked into the harbour town .\nHe looked at the ships ."]}
+
+    def serve(self, model, model_cfg, spec, preprocessor, request) -> list[dict]:
+        """One document per row (column ``text``: raw text, one sentence per line; or ``tokens``:
+        a list of sentences) -> per-token log-probabilities and perplexity (:mod:`dynlm.serving`)."""
+        from dynlm import serving
+
+        documents = serving.parse_input(request)
+        return serving.score_documents(model, model_cfg, spec, preprocessor, documents)
 
     def metric_table(self, metrics: dict, title: str) -> str:
         return format_metrics_table(metrics, title)
