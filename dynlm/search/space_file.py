@@ -189,11 +189,23 @@ def _sections(raw: Any, source: str) -> tuple[dict, dict, dict]:
     return base_raw, search_raw, tune_raw
 
 
+def job_for_task(job: Any, task: Any, inputs: Any = None) -> Any:
+    """``job`` for another task: that task's default ``data:`` (with ``inputs`` when given) and
+    ``model:`` sections, ``job``'s ``train:`` and ``run:`` (``base: {task: naming}`` searches the
+    naming task from the embedded default job's run settings; the LM's data and model keys mean
+    nothing there)."""
+    if task == job.task:
+        return job
+    data = {} if inputs is None else {"inputs": inputs}
+    try:
+        return type(job).from_dict({"task": task, "data": data, "train": job.train.to_dict(), "run": job.run.to_dict()})
+    except ConfigError as exc:
+        raise SearchSpaceError(f"base: task {task!r}: {exc}") from exc
+
+
 def _base_and_tune(job: Any, base_raw: dict, tune_raw: dict, overrides: list[str], source: str):
-    """The base JobConfig (``job`` + ``base:`` + ``--set``) and the TuneSettings (``tune:`` +
-    ``--set tune.*``)."""
-    paths = field_paths(job)
-    data = job.to_dict()
+    """The base JobConfig (``job`` + ``base:`` + ``--set``; a ``task`` key first switches to that
+    task's default sections, :func:`job_for_task`) and the TuneSettings (``tune:`` + ``--set tune.*``)."""
     base_overrides = dict(base_raw)
     for item in overrides:
         if "=" not in item:
@@ -204,6 +216,10 @@ def _base_and_tune(job: Any, base_raw: dict, tune_raw: dict, overrides: list[str
             tune_raw[key[len("tune."):]] = _parse_scalar(text)
         else:
             base_overrides[key] = _parse_scalar(text)
+    if "task" in base_overrides:
+        job = job_for_task(job, base_overrides.pop("task"), base_overrides.get("data.inputs"))
+    paths = field_paths(job)
+    data = job.to_dict()
     for key, value in base_overrides.items():
         if key not in paths:
             raise SearchSpaceError(f"{source}: base: unknown key {key!r}")
@@ -215,7 +231,8 @@ def _base_and_tune(job: Any, base_raw: dict, tune_raw: dict, overrides: list[str
         tune_settings = TuneSettings.from_dict(tune_raw, _prefix="tune.")
     except ConfigError as exc:
         raise SearchSpaceError(f"{source}: {exc}") from exc
-    for key in {"data.gamma", "data.bpe_merges", *base_overrides}:
+    known = field_paths(base)  # gamma / bpe_merges: the LM task's keys
+    for key in sorted({"data.gamma", "data.bpe_merges", *base_overrides} & set(known)):
         _check_range(key, get_dotted(base, key), f"{source}: base")
     return base, tune_settings
 
@@ -237,7 +254,7 @@ def from_mapping(raw: Any, *, base_job: Any, overrides: list[str] | None = None,
     """
     base_raw, search_raw, tune_raw = _sections(raw, source)
     base, tune_settings = _base_and_tune(base_job, base_raw, tune_raw, overrides or [], source)
-    paths = field_paths(base_job)
+    paths = field_paths(base)
     search = {key: _validate_entry(str(key), spec, base, paths, tune_settings.searcher, source)
               for key, spec in search_raw.items()}
     space = SearchSpace(base=base, search=search, tune=tune_settings, source=source)

@@ -124,3 +124,22 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("search: {train.lr: [unclosed\n")
     with pytest.raises(SearchSpaceError, match="not valid YAML"):
         load_search_space(bad, base_job=default_job())
+
+
+def test_base_task_switches_to_that_tasks_sections():
+    """``base: {task: ...}`` searches another task: its own data/model keys, the default job's
+    train/run settings; the LM's keys are unknown there, and the resolved space round-trips."""
+    char = "tests.dynlm.tasks.char_task:CharTask"
+    raw = {"base": {"task": char, "data.inputs": ["corpus"], "data.max_chars": 20, "train.epochs": 2},
+           "search": {"model.hidden_dim": {"choice": [16, 32]}}, "tune": {"num_samples": 1}}
+    space = from_mapping(raw, base_job=default_job(), overrides=["data.split_seed=3"])
+    assert space.base.task == char and type(space.base.data).__name__ == "CharDataConfig"
+    assert (space.base.data.max_chars, space.base.data.split_seed, space.base.train.epochs) == (20, 3, 2)
+    assert space.base.run == default_job().run
+    assert from_resolved(space.to_dict()).base == space.base
+    with pytest.raises(SearchSpaceError, match="unknown key 'data.bpe_merges'"):
+        from_mapping({**raw, "base": {**raw["base"], "data.bpe_merges": 10}}, base_job=default_job())
+    with pytest.raises(SearchSpaceError, match="unknown key 'model.dntm.merge_fn'"):
+        from_mapping({**raw, "search": {"model.dntm.merge_fn": {"choice": ["gru"]}}}, base_job=default_job())
+    with pytest.raises(SearchSpaceError, match="task 'nope'"):
+        from_mapping({**raw, "base": {"task": "nope"}}, base_job=default_job())
