@@ -142,6 +142,39 @@ def _as_sentences(value: Any, index: int) -> list[list[str]]:
     return sentences
 
 
+def request_frame(request: Any, *, columns: tuple[str, ...], required_any: tuple[str, ...], hint: str,
+                  rows_are: str = "rows"):
+    """A served model's request as a pandas DataFrame, checked for its columns.
+
+    ``request`` is a DataFrame, a dict of columns, a list of row dicts, a list of strings (one row
+    each, in column ``required_any[0]``) or one string (one such row).
+
+    Raises:
+        InputError: another type, a column not in ``columns``, none of ``required_any`` (the
+            message adds ``hint``), or no rows (``no <rows_are>``).
+    """
+    import pandas as pd  # lazy: only the pyfunc input needs it
+
+    first = required_any[0]
+    if isinstance(request, str):
+        request = pd.DataFrame({first: [request]})
+    elif isinstance(request, dict):
+        request = pd.DataFrame(request)
+    elif isinstance(request, list):
+        request = pd.DataFrame({first: request}) if all(isinstance(x, str) for x in request) else pd.DataFrame(request)
+    needed = " or ".join(repr(c) for c in required_any)
+    if not isinstance(request, pd.DataFrame):
+        raise InputError(f"expected a DataFrame with a {needed} column, got {type(request).__name__}")
+    unknown = sorted(set(request.columns) - set(columns))
+    if unknown:
+        raise InputError(f"unknown input column(s) {unknown}: use {' or '.join(repr(c) for c in columns)}")
+    if not set(required_any) & set(request.columns):
+        raise InputError(f"the input has no {needed} column: {hint}")
+    if len(request) == 0:
+        raise InputError(f"no {rows_are}: the input has no rows")
+    return request
+
+
 def parse_input(model_input: Any) -> list[list[list[str]]]:
     """Documents as lists of token sentences from a DataFrame, a dict, a list or a string.
 
@@ -150,26 +183,9 @@ def parse_input(model_input: Any) -> list[list[list[str]]]:
             ``tokens``, no rows, or a document that is empty, is not text (a lone surrogate) or
             gives both ``text`` and ``tokens``; the message names the document or the column.
     """
-    import pandas as pd  # lazy: only the pyfunc input needs it
-
-    if isinstance(model_input, str):
-        model_input = pd.DataFrame({"text": [model_input]})
-    elif isinstance(model_input, dict):
-        model_input = pd.DataFrame(model_input)
-    elif isinstance(model_input, list):
-        model_input = pd.DataFrame({"text": model_input}) if all(
-            isinstance(x, str) for x in model_input) else pd.DataFrame(model_input)
-    if not isinstance(model_input, pd.DataFrame):
-        raise InputError(f"expected a DataFrame with a 'text' or 'tokens' column, got "
-                           f"{type(model_input).__name__}")
-    unknown = sorted(set(model_input.columns) - {"text", "tokens"})
-    if unknown:
-        raise InputError(f"unknown input column(s) {unknown}: use 'text' or 'tokens'")
-    if not {"text", "tokens"} & set(model_input.columns):
-        raise InputError("the input has no 'text' or 'tokens' column: give one document per row, "
-                         "as raw text in column 'text' or as a list of sentences in column 'tokens'")
-    if len(model_input) == 0:
-        raise InputError("no documents: the input has no rows")
+    model_input = request_frame(model_input, columns=("text", "tokens"), required_any=("text", "tokens"),
+                                hint="give one document per row, as raw text in column 'text' or as a "
+                                     "list of sentences in column 'tokens'", rows_are="documents")
     documents = []
     for index, row in enumerate(model_input.to_dict("records")):
         text, tokens = row.get("text"), row.get("tokens")

@@ -21,6 +21,7 @@ evaluate / metrics  ``model.suggest`` + ``model.log_prob`` -> :class:`NamingMetr
 metric_table        :func:`dynlm.tasks.naming_report.format_naming_table`
 metric_figures      ``suggestion_frequency.png`` (F1@1, exact@1 vs suggestion frequency)
 suggest_source      a source file's functions with the model's suggested names (``dynlm suggest-name``)
+serve               column ``source`` -> one row per function with its suggestions (the served model)
 =================== ==================================================================
 """
 
@@ -183,6 +184,37 @@ class NamingTask(Task):
         return {SUGGESTION_FIGURE: suggestion_frequency_figure(metrics, title)}
 
     # ----------------------------------------------------------------------------- serving
+    # ----------------------------------------------------------------------------- serving
+    serving_inputs = (("source", "string"), ("path", "string"))
+    serving_outputs = (("row", "long"), ("path", "string"), ("qualname", "string"), ("lineno", "long"),
+                       ("name", "string"), ("suggestions", "list<string>"), ("probabilities", "list<double>"))
+    serving_example = {"source": ["class Account:\n    def f(self):\n        return self.balance\n"],
+                       "path": ["account.py"]}
+
+    def serve(self, model, model_cfg, spec, preprocessor, request) -> list[dict]:
+        """One Python source text per row (column ``source``; ``path`` optional, for messages) ->
+        one row per function: its request ``row``, ``qualname``, ``lineno``, actual ``name`` and
+        the top ``model.top_k`` suggested names with their probabilities."""
+        from dynlm.serving import InputError, request_frame
+
+        frame = request_frame(request, columns=("source", "path"), required_any=("source",), rows_are="sources",
+                              hint="give one Python source text per row in column 'source' (and its file name in 'path')")
+        out = []
+        for index, record in enumerate(frame.to_dict("records")):
+            source, path = record.get("source"), record.get("path")
+            path = path if isinstance(path, str) and path else f"<row {index}>"
+            if not isinstance(source, str) or not source.strip():
+                raise InputError(f"row {index} ({path}): 'source' must be non-empty Python source text")
+            try:
+                functions = self.suggest_source(model, model_cfg, preprocessor, source, path=path, top_k=model_cfg.top_k)
+            except ValueError as exc:  # does not parse: the reason, one line
+                raise InputError(f"row {index}: {str(exc).splitlines()[0]}") from None
+            for function in functions:
+                names, probabilities = zip(*function["suggestions"]) if function["suggestions"] else ((), ())
+                out.append({"row": index, "path": path, "qualname": function["qualname"], "lineno": function["lineno"],
+                            "name": function["name"], "suggestions": list(names), "probabilities": list(probabilities)})
+        return out
+
     def suggest_source(self, model, model_cfg: NamingModelConfig, preprocessor: NamingVocab, source: str | bytes,
                        path: str, top_k: int) -> list[dict]:
         """The model's name suggestions for every function of one source file.

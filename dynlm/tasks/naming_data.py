@@ -65,11 +65,22 @@ ENCODED_SCHEMA = pa.schema([
 ])
 
 
+def python_stdlib() -> str:
+    """The standard library folder of the running Python: the naming task's default corpus (real
+    code by many authors on every machine; its ``test/`` suites and ``site-packages`` are left
+    out by ``exclude``). The folder key is by content, so the same Python version gives the same
+    prepared folder wherever it is installed."""
+    import sysconfig
+
+    return sysconfig.get_paths()["stdlib"]
+
+
 @dataclass
 class NamingDataConfig(CorpusConfig):
     """The naming task's ``data:`` section (the :class:`CorpusConfig` fields first).
 
     Args:
+        inputs: default: the running Python's standard library (:func:`python_stdlib`).
         name_vocab_size / subtoken_vocab_size / feature_vocab_size / context_vocab_size: most
             frequent train names / subtokens / features / context tokens kept (specials excluded);
             the rest read as UNK (features outside the vocabulary are left out).
@@ -90,6 +101,7 @@ class NamingDataConfig(CorpusConfig):
             ``inputs`` is always read.
     """
 
+    inputs: list[str] = field(default_factory=lambda: [python_stdlib()])
     name_vocab_size: int = 10000
     subtoken_vocab_size: int = 5000
     feature_vocab_size: int = 50000

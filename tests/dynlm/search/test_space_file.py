@@ -22,7 +22,7 @@ def _space(search, tune=None, base=None):
 
 def test_space_files_exist():
     names = {p.name for p in SPACE_FILES}
-    assert {"dntm.yaml", "quickstart.yaml"} <= names
+    assert {"dntm.yaml", "quickstart.yaml", "naming.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", SPACE_FILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -33,7 +33,17 @@ def test_every_space_file_validates(path):
     assert space.expected_trials() >= 1
     assert space.source == str(path)
     for cfg in data_configs(space):  # every preprocessing setting the search can ask for
-        assert 0.0 < cfg.gamma <= 1.0 and cfg.bpe_merges >= 0
+        assert type(cfg) is space.base.get_task().data_config
+        if space.base.task == "lm":
+            assert 0.0 < cfg.gamma <= 1.0 and cfg.bpe_merges >= 0
+
+
+def test_naming_space_has_the_issue_axes():
+    space = load_search_space(REPO / "tune_spaces" / "naming.yaml", base_job=default_job())
+    assert space.base.task == "naming" and space.base.get_task().primary_metric == "f1_error"
+    assert set(space.search) == {"model.type", "model.embed_dim", "model.context_size", "model.noise_samples"}
+    assert space.search["model.type"] == {"grid": ["name", "subtoken"]} and space.expected_trials() == 8
+    assert space.tune.metric == "valid_objective" and len(data_configs(space)) == 1  # one prepare for all trials
 
 
 def test_dntm_space_has_the_paper_axes():
