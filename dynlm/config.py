@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import types
 import typing
 from pathlib import Path
@@ -240,3 +241,22 @@ def config_hash(data: dict[str, Any], length: int = 16) -> str:
     """A stable hash of a JSON-able mapping (sorted keys, no whitespace)."""
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A number of seconds above 0 from the environment variable ``name``; ``default`` when it
+    is unset or empty.
+
+    Raises:
+        ConfigError: the value is not a number above 0 (the message names the variable).
+    """
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise ConfigError(f"${name}={text!r}: give a number of seconds above 0")
+    return seconds

@@ -112,6 +112,36 @@ class RunSettings(Config):
         return storage.absolute(self.storage_path)
 
 
+# Ray Data's file listing (the first task of every training's ingest) asks for a whole CPU
+# whatever the read's own ``num_cpus``: the training workers must leave at least this much free.
+INGEST_FREE_CPUS = 1.0
+
+
+class ResourcesError(ConfigError):
+    """The training workers ask for more CPUs or GPUs than the Ray cluster has (a user error)."""
+
+
+def missing_resources(run: RunSettings, cluster_cpus: float, cluster_gpus: float) -> str | None:
+    """What the Ray Train workers of ``run`` need that a cluster of ``cluster_cpus`` CPUs and
+    ``cluster_gpus`` GPUs lacks, as one line naming the settings that fix it; None when they fit.
+
+    The workers need ``num_workers`` GPUs with ``use_gpu``, and ``num_workers x cpus_per_worker``
+    CPUs plus :data:`INGEST_FREE_CPUS` left free for Ray Data's ingest (else it waits forever).
+    """
+    if run.use_gpu and cluster_gpus < run.num_workers:
+        return (f"run.use_gpu asks for {run.num_workers} GPU(s) (one per worker, run.num_workers="
+                f"{run.num_workers}) and this Ray has {cluster_gpus:g}: drop --use-gpu "
+                "(run.use_gpu=false) or run where the GPUs are")
+    workers_cpus = run.num_workers * run.cpus_per_worker
+    free = cluster_cpus - workers_cpus
+    if free < INGEST_FREE_CPUS - 1e-9:
+        return (f"run.num_workers={run.num_workers} x run.cpus_per_worker={run.cpus_per_worker:g} = "
+                f"{workers_cpus:g} CPUs leave {free:.2f} of this Ray's {cluster_cpus:g} CPUs free; Ray Data's "
+                f"ingest needs {INGEST_FREE_CPUS:g}, so the workers would wait forever: lower "
+                "run.num_workers or run.cpus_per_worker")
+    return None
+
+
 @dataclass
 class JobConfig(Config):
     """One training job: which task, what to read, what to build, how to train, where to run.

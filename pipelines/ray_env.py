@@ -71,6 +71,17 @@ def claim_address_file() -> None:
         logger.warning("could not record the Ray address %s: %s", ours, exc)
 
 
+def started_here() -> bool:
+    """True when this process started the Ray it is connected to (a local Ray of this machine:
+    ``init_ray``'s ``"local"``, a test's ``ray.init(address="local")``); False for a cluster it
+    joined (``RAY_ADDRESS``, ``ray start``, a cluster launched by ``ray up`` or KubeRay)."""
+    import ray
+    import ray._private.worker as ray_worker  # the driver's node object is only exposed here
+
+    node = ray_worker._global_node
+    return ray.is_initialized() and node is not None and bool(node.head)
+
+
 def init_ray(**local_init_kwargs) -> str:
     """Make sure Ray is initialized in this process.
 

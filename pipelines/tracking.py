@@ -41,7 +41,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dynlm import checkpoint_folder, figures, promotion, serving, storage
-from dynlm.config import ConfigError, flatten_config
+from dynlm.config import flatten_config, seconds_from_env
 from dynlm.data.prepared import PreparedData
 from dynlm.tasks import DEFAULT_TASK, get_task
 from pipelines import console
@@ -110,16 +110,7 @@ class TrackingServerUnreachable(ConnectionError):
 
 def tracking_timeout_s() -> float:
     """How long :func:`check_reachable` tries a server: ``$DYNLM_TRACKING_TIMEOUT_S``, default 5 s."""
-    text = os.environ.get(TRACKING_TIMEOUT_ENV, "")
-    if not text:
-        return DEFAULT_TRACKING_TIMEOUT_S
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0:
-        raise ConfigError(f"${TRACKING_TIMEOUT_ENV}={text!r}: give a number of seconds above 0")
-    return seconds
+    return seconds_from_env(TRACKING_TIMEOUT_ENV, DEFAULT_TRACKING_TIMEOUT_S)
 
 
 def check_reachable(explicit: str | None = None) -> str:

@@ -49,7 +49,8 @@ from dynlm.config import Config
 from dynlm.data.batching import per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
-from dynlm.job import JobConfig, RunSettings
+from dynlm.config import seconds_from_env
+from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
 
@@ -58,6 +59,9 @@ PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt a
 CHECKPOINT_FILE = "model.pt"
 RUN_INFO_FILE = "dynlm_run.json"  # under <storage>/<name>: MLflow run id + job, for --resume
 RAY_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"  # Ray Train's run state
+RESOURCE_WAIT_ENV = "DYNLM_RESOURCE_WAIT_S"  # how long a cluster may take to offer the workers
+DEFAULT_RESOURCE_WAIT_S = 600.0
+RESOURCE_POLL_S = 5.0
 
 
 class InjectedFault(RuntimeError):
@@ -356,6 +360,47 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
     )
 
 
+def check_workers_fit(run: RunSettings) -> None:
+    """Make sure the Ray cluster can hold the workers of ``run`` before any of them starts.
+
+    On a Ray this process started (this machine's CPUs and GPUs are all there is) a shortfall
+    fails at once. On a cluster dynlm joined, an autoscaler may add nodes: the workers' bundles
+    are requested from it (``ray.autoscaler.sdk.request_resources``) and this waits, saying for
+    what, up to ``$DYNLM_RESOURCE_WAIT_S`` seconds (default 600).
+
+    Raises:
+        ResourcesError: a one-line reason naming the settings (``run.use_gpu``,
+            ``run.num_workers``, ``run.cpus_per_worker``) that fix it.
+    """
+    import ray
+
+    from pipelines.ray_env import started_here
+
+    def shortfall() -> str | None:
+        resources = ray.cluster_resources()
+        return missing_resources(run, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
+
+    problem = shortfall()
+    if problem is None:
+        return
+    if started_here():
+        raise ResourcesError(problem)
+    from ray.autoscaler.sdk import request_resources
+
+    wait_s = seconds_from_env(RESOURCE_WAIT_ENV, DEFAULT_RESOURCE_WAIT_S)
+    bundle = {"CPU": run.cpus_per_worker, **({"GPU": 1} if run.use_gpu else {})}
+    request_resources(bundles=[bundle] * run.num_workers)
+    print(f"[train] waiting up to {wait_s:g} s (${RESOURCE_WAIT_ENV}) for the cluster's autoscaler to "
+          f"offer {run.num_workers} x {bundle}: {problem}", flush=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(RESOURCE_POLL_S, max(deadline - time.monotonic(), 0.0)))
+        problem = shortfall()
+        if problem is None:
+            return
+    raise ResourcesError(f"{problem} (the cluster did not offer them within {wait_s:g} s, ${RESOURCE_WAIT_ENV})")
+
+
 def _mark_ended_early(run_id: str, uri: str, exc: BaseException) -> None:
     """Close the MLflow run of a training that did not finish: KILLED on Ctrl-C, else FAILED,
     with the error as the tag ``dynlm.error``."""
@@ -384,6 +429,8 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     from pipelines.ray_env import init_ray
 
     init_ray()
+    if not tune_callback:  # a search checks its trials before they start (dynlm.search.space)
+        check_workers_fit(job.run)
     if not prepared.files("valid"):
         raise ValueError(f"{prepared.root}: the valid split holds no documents (early stopping needs it)")
     name, resuming = resolve_run(job.run, job.model_type)

@@ -125,10 +125,13 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | None:
     """Build into a temporary sibling folder of ``final``, then rename it into place, under a
-    file lock: concurrent callers build it once. None when it was complete (a concurrent build)."""
+    file lock: concurrent callers build it once. None when it was complete (a concurrent build).
+    A temporary folder of ``final`` found under the lock is a killed build's and is removed."""
     with storage.lock(final):  # concurrent callers with the same folder wait here
         if (final / MANIFEST).exists():
             return None
+        for stale in final.parent.glob(f".tmp-{final.name}-*"):  # a killed build's: we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:

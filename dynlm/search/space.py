@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.config import set_dotted as config_set_dotted
+from dynlm.job import INGEST_FREE_CPUS  # what every training's ingest leaves free
 
 DISTRIBUTIONS = ("choice", "grid", "uniform", "loguniform", "randint")
 DISCRETE = ("choice", "grid")
@@ -22,9 +23,6 @@ CONTINUOUS_DATA_KEY = "data.gamma"
 
 # CPUs of the function each trial runs in (Ray rejects 0; the trial's TorchTrainer takes the rest).
 TRIAL_DRIVER_CPUS = 0.01
-# Ray Data's file listing (the first task of every trial's training ingest) asks for a whole CPU
-# whatever the read's own ``num_cpus``: the trials must leave at least this much free.
-INGEST_FREE_CPUS = 1.0
 
 
 class SearchSpaceError(ConfigError):

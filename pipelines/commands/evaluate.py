@@ -125,6 +125,24 @@ def raw_rows(task, paths: list[str], preprocessor, args: argparse.Namespace) -> 
     return done.rows(), done.rejected()
 
 
+MAX_REJECTED_SHOWN = 20
+
+
+def rejected_report(rows: list[dict], rejected: list[dict]) -> str:
+    """What the raw-file path read, quarantined and dropped, as ``prepare`` counts it: one line
+    of counts, then each record's file, line, document and reason (the first
+    :data:`MAX_REJECTED_SHOWN`, then how many more)."""
+    kinds = [r["kind"] for r in rejected]
+    lines = [f"evaluate: {len(rows)} document(s) read, {kinds.count('quarantine')} record(s) quarantined, "
+             f"{kinds.count('dropped')} document(s) dropped"]
+    for r in rejected[:MAX_REJECTED_SHOWN]:
+        where = f"{r['source_file']}:{r['line']}" if r["line"] else r["source_file"]
+        lines.append(f"  {r['kind']} {where} {r['doc_id'] or '(whole file)'}: {r['reason']}")
+    if len(rejected) > MAX_REJECTED_SHOWN:
+        lines.append(f"  ... and {len(rejected) - MAX_REJECTED_SHOWN} more")
+    return "\n".join(lines)
+
+
 def evaluate_rows(task, model, spec, rows: list[dict], batch_size: int) -> dict:
     if not rows:
         raise ValueError("no documents to evaluate")
@@ -211,12 +229,7 @@ def run(args: argparse.Namespace) -> int:
                              "files need one (use a registered model or a prepared folder)")
         rows, rejected = raw_rows(task, args.data, preprocessor, args)
         source = f"{len(args.data)} path(s), {len(rows)} documents"
-        if rejected:
-            kinds = [r["kind"] for r in rejected]
-            print(f"evaluate: {kinds.count('quarantine')} record(s) quarantined, {kinds.count('dropped')} "
-                  "document(s) dropped:", file=sys.stderr)
-            for r in rejected[:20]:
-                print(f"  {r['source_file']}:{r['line']} {r['doc_id']}: {r['reason']}", file=sys.stderr)
+        print(rejected_report(rows, rejected), file=sys.stderr)
     metrics = evaluate_rows(task, torch_model, spec, rows, args.batch_size)
     print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"))
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.defaults import load_job
     from pipelines.prepare import prepare
     from pipelines.ray_env import init_ray
-    from pipelines.train import run_training
+    from pipelines.train import check_workers_fit, run_training
 
     overrides = list(args.overrides)
     if args.tracking_uri:
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     ensure_corpus(job, args.synth_documents)
     how = init_ray()
+    check_workers_fit(job.run)  # before preparing: a one-line error, or a stated wait on a cluster
     print(f"[run] Ray: {how} ({_seconds(start)} with the corpus); preparing the data")
     prepared = prepare(job.data, task=job.task)  # prints where it wrote, its time and its table
     start = time.monotonic()

@@ -61,11 +61,12 @@ def run(args) -> int:
     from pipelines import tracking
     from pipelines.prepare import prepare
     from pipelines.ray_env import init_ray
-    from pipelines.train import run_training
+    from pipelines.train import check_workers_fit, run_training
 
     tracking.check_reachable(job.run.tracking_uri)  # seconds, not MLflow's minutes of retries
     ensure_synthetic_corpus(job)
     init_ray()
+    check_workers_fit(job.run)  # before preparing: a one-line error, or a stated wait on a cluster
     prepared = prepare(job.data, task=job.task, progress=False)
     result = run_training(job, prepared)
     for record in result.history:

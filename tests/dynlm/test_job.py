@@ -149,3 +149,30 @@ def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
     assert challenger_job(cfg, champion, "r1", "sqlite:///x.db").run.storage_path == "s3://bucket/dynlm"
     cfg = cfg.replace(job_overrides=["run.storage_path=gs://other/x"])
     assert challenger_job(cfg, champion, "r1", "sqlite:///x.db").run.storage_path == "gs://other/x"
+
+
+def test_missing_resources_names_the_settings():
+    from dynlm.job import missing_resources
+
+    assert missing_resources(RunSettings(num_workers=2, cpus_per_worker=0.5), 2.0, 0.0) is None
+    assert missing_resources(RunSettings(num_workers=2, use_gpu=True), 16.0, 2.0) is None
+    assert missing_resources(RunSettings(num_workers=2, use_gpu=True), 16.0, 0.0) == (
+        "run.use_gpu asks for 2 GPU(s) (one per worker, run.num_workers=2) and this Ray has 0: "
+        "drop --use-gpu (run.use_gpu=false) or run where the GPUs are")
+    assert missing_resources(RunSettings(num_workers=3, cpus_per_worker=0.5), 2.0, 0.0) == (
+        "run.num_workers=3 x run.cpus_per_worker=0.5 = 1.5 CPUs leave 0.50 of this Ray's 2 CPUs free; "
+        "Ray Data's ingest needs 1, so the workers would wait forever: lower run.num_workers or "
+        "run.cpus_per_worker")
+
+
+def test_seconds_from_env(monkeypatch):
+    from dynlm.config import seconds_from_env
+
+    monkeypatch.delenv("DYNLM_TEST_WAIT_S", raising=False)
+    assert seconds_from_env("DYNLM_TEST_WAIT_S", 7.0) == 7.0
+    monkeypatch.setenv("DYNLM_TEST_WAIT_S", "0.25")
+    assert seconds_from_env("DYNLM_TEST_WAIT_S", 7.0) == 0.25
+    for bad in ("0", "-1", "soon", "nan"):
+        monkeypatch.setenv("DYNLM_TEST_WAIT_S", bad)
+        with pytest.raises(ConfigError, match=rf"^\$DYNLM_TEST_WAIT_S='{bad}': give a number of seconds above 0$"):
+            seconds_from_env("DYNLM_TEST_WAIT_S", 7.0)

@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,17 +13,11 @@ from dynlm import checkpoint, serving
 from dynlm.data.preprocessor import Preprocessor
 from pipelines import tracking
 from pipelines.defaults import default_job
+from server_process import BIN_DIR, free_port, running_server, server_env
 from tiny_lm import make_prepared_folder, make_tiny_lm
 
 REPO = Path(__file__).resolve().parents[2]
-STARTUP_TIMEOUT_S = 180  # a loaded 2-core CI machine needs ~10-60 s
 TEXT = "the captain saw the zeppelin .\n<unk1> laughed ."
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _post(url: str, payload: dict | bytes) -> tuple[int, dict]:
@@ -72,32 +60,11 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
     expected = serving.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
                                        serving.parse_input(TEXT))[0]
 
-    port = _free_port()
-    bin_dir = Path(sys.executable).parent  # uvicorn is started by name: it must be on PATH
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri,
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [str(bin_dir / "mlflow"), "models", "serve", "-m", "models:/dynlm-dntm@champion",
-             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"server exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not up after {STARTUP_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
-
+    argv = [str(BIN_DIR / "mlflow"), "models", "serve", "-m", "models:/dynlm-dntm@champion",
+            "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    with running_server(argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
         status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
         assert status == 200, body
         (prediction,) = body["predictions"]
@@ -121,10 +88,3 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
         status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
         assert status == 200, body  # the server still answers after every bad request
         assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)

@@ -220,3 +220,28 @@ def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_
     out = capsys.readouterr().out
     test_ppl = float(next(line for line in out.splitlines() if "all tokens" in line).split()[-1])
     assert 1.0 < test_ppl < prepared.spec.output_size  # finite, better than uniform
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--use-gpu"], "run.use_gpu asks for 2 GPU(s) (one per worker, run.num_workers=2) and this Ray has 0: "),
+    (["--num-workers", "4"], "run.num_workers=4 x run.cpus_per_worker=0.5 = 2 CPUs leave 0.00 of this Ray's 2 CPUs free; "),
+])
+def test_workers_beyond_the_local_ray_are_one_line_at_once(ray_session, mlflow_uri, tmp_path, monkeypatch,
+                                                           capsys, flags, reason):
+    """On a Ray this process started (the session's 2-CPU, no-GPU one), asking for more than it
+    has fails before the data is prepared and before any worker or MLflow run starts."""
+    import time
+
+    from mlflow import MlflowClient
+
+    from pipelines.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    assert main(["train", *flags, "--set", f"run.storage_path={tmp_path / 'ray'}"]) == 2
+    assert time.monotonic() - start < 30  # not Ray Train's endless worker-group start-up retries
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith(f"dynlm: error: {reason}"), err
+    assert not (tmp_path / "runs" / "prepared").exists() and not (tmp_path / "ray").exists()
+    assert MlflowClient(mlflow_uri).search_experiments(filter_string="name = 'dynlm'") == []

@@ -62,3 +62,22 @@ def test_a_numeric_eta_is_used_as_given(model_and_data, capsys):
     with pytest.raises(SystemExit):
         main(_args(model, data, "--eta", "fast"))
     assert "--eta must be a number or 'auto'" in capsys.readouterr().err
+
+
+def test_raw_files_report_what_was_quarantined(model_and_data, tmp_path, capsys):
+    """The raw-file path counts and lists its quarantined records (file, line, document,
+    reason) as ``prepare`` does, and scores the good documents."""
+    import shutil
+    from pathlib import Path
+
+    model, _ = model_and_data
+    raw = tmp_path / "raw"
+    shutil.copytree(Path(model).parent / "raw", raw)
+    (raw / "broken.conll").write_text("#begin document (broken); part 0\nbroken 0 0 The\n\n#end document\n")
+    assert main(["evaluate", "--model", model, "--data", str(raw)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "evaluate: 24 document(s) read, 1 record(s) quarantined, 0 document(s) dropped",
+        f"  quarantine {raw / 'broken.conll'}:2 broken/part_0: wrong column count: 4 columns, at least 12 expected",
+    ]
+    assert "1 path(s), 24 documents" in captured.out

@@ -1,0 +1,28 @@
+"""Fixtures of the pipeline tests: a real MLflow tracking server."""
+
+from __future__ import annotations
+
+import pytest
+
+from server_process import BIN_DIR, free_port, running_server, server_env
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on a free local port: SQLite backend, artifacts served by the
+    server (``--serve-artifacts``) from a local folder. Yields ``(uri, artifacts folder)``.
+
+    Point dynlm at it with ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI`` in the test), and unset
+    ``DYNLM_MLFLOW_ARTIFACTS``: the server keeps the artifacts.
+    """
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    artifacts = tmp / "artifacts"
+    uri = f"http://127.0.0.1:{free_port()}"
+    env = server_env()
+    env.pop("MLFLOW_TRACKING_URI", None)
+    argv = [str(BIN_DIR / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
+            "--serve-artifacts", "--artifacts-destination", str(artifacts),
+            "--host", "127.0.0.1", "--port", uri.rsplit(":", 1)[1], "--workers", "1"]
+    with running_server(argv, f"{uri}/health", tmp / "server.log", env):
+        yield uri, artifacts
+

@@ -1,0 +1,62 @@
+"""Start a real server process for a test (``mlflow server``, ``mlflow models serve``) and stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+STARTUP_TIMEOUT_S = 180  # a loaded 2-core CI machine needs ~10-60 s
+BIN_DIR = Path(sys.executable).parent  # mlflow's servers start uvicorn by name: it must be on PATH
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(**variables: str) -> dict[str, str]:
+    """This process's environment with the venv's ``bin`` first on PATH, plus ``variables``."""
+    return {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}", **variables}
+
+
+@contextmanager
+def running_server(argv: list[str], ready_url: str, log_path: Path, env: dict[str, str]) -> Iterator[None]:
+    """Run ``argv`` (its own process group, output in ``log_path``) until ``ready_url`` answers 200;
+    stop the whole group (SIGTERM, then SIGKILL) on exit. The test fails with the log's tail when
+    the server exits or is not up after :data:`STARTUP_TIMEOUT_S`."""
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"{argv[:2]} exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(ready_url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"{argv[:2]} not up after {STARTUP_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
