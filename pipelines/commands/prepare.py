@@ -32,6 +32,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_prepare)
 
 
+def _has_default_inputs(config_cls) -> bool:
+    """Whether the task's data config has default inputs (the naming task: the stdlib)."""
+    import dataclasses
+
+    field = {f.name: f for f in dataclasses.fields(config_cls)}["inputs"]
+    return field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+
+
 def load_data_config(config_path: str | None, inputs: list[str], output_root: str | None, overrides: list[str],
                      task_name: str | None = None):
     """``(task, data config)`` from YAML (plain or a job config's ``task:``/``data:`` sections),
@@ -60,7 +68,7 @@ def load_data_config(config_path: str | None, inputs: list[str], output_root: st
         data["inputs"] = list(inputs)
     if output_root:
         data["output_root"] = output_root
-    if not data.get("inputs"):
+    if "inputs" not in data and not _has_default_inputs(task.data_config):
         raise ConfigError("no inputs: pass --input PATH (repeatable) or set `inputs:` in --config")
     return task, task.data_config.from_dict(data).with_overrides(overrides)
 
