@@ -87,40 +87,73 @@ def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
     return out.getvalue()
 
 
-def results_figure(trials: list[TrialSummary], base):
-    """Valid perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn.
+def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = None):
+    """The search's objective against its settings.
+
+    The LM task (a base with ``data.bpe_merges``, ``data.gamma`` and ``model.dntm``): valid
+    perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn. Any other task:
+    one panel per searched key in ``keys`` (categorical values at integer positions with their
+    labels), one colour per value of the first categorical key.
 
     Args:
-        trials: the search's trials (those without a finite perplexity are left out).
+        trials: the search's trials (those without a finite objective are left out).
         base: the base JobConfig (the value of a setting a trial did not search).
+        keys: the searched dotted keys (the panels of a non-LM search).
     Returns:
-        A ``matplotlib.figure.Figure`` of 10 x 4 inches.
+        A ``matplotlib.figure.Figure`` (10 x 4 inches for the LM).
     """
-    import matplotlib
-    from matplotlib.figure import Figure
-
     def value(t: TrialSummary, key: str, default: Any) -> Any:
         return t.params[key] if t.params.get(key) is not None else default
 
-    def merge_fn(t: TrialSummary) -> str:
-        return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
-
     points = [t for t in trials if math.isfinite(t.best_valid_objective)]
-    merge_fns = sorted({merge_fn(t) for t in points})
-    colours = {m: matplotlib.colormaps["tab10"](i % 10) for i, m in enumerate(merge_fns)}
-    fig = Figure(figsize=(10, 4))
-    axes = fig.subplots(1, 2, sharey=True)
-    for axis, key, default in ((axes[0], "data.bpe_merges", base.data.bpe_merges),
-                               (axes[1], "data.gamma", base.data.gamma)):
-        for name in merge_fns:
-            group = [t for t in points if merge_fn(t) == name]
-            axis.scatter([value(t, key, default) for t in group], [t.best_valid_objective for t in group],
-                         color=colours[name], label=f"merge_fn={name}", s=30)
+    if base.task == "lm":
+        def merge_fn(t: TrialSummary) -> str:
+            return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
+
+        panels = [("data.bpe_merges", base.data.bpe_merges), ("data.gamma", base.data.gamma)]
+        return _scatter_panels(points, panels, merge_fn, "merge_fn", "best valid perplexity", value)
+    keys = list(keys or [])
+    categorical = [k for k in keys if any(isinstance(t.params.get(k), str) for t in points)]
+    colour_key = categorical[0] if categorical else None
+
+    def colour(t: TrialSummary) -> str:
+        return str(t.params.get(colour_key)) if colour_key else "trial"
+
+    panels = [(key, None) for key in keys if key != colour_key] or [(colour_key, None)]
+    return _scatter_panels(points, panels, colour, colour_key or "", f"best {_objective_label(base)}", value)
+
+
+def _objective_label(base) -> str:
+    return f"valid {base.get_task().primary_metric}"
+
+
+def _scatter_panels(points: list[TrialSummary], panels: list[tuple[str, Any]], colour_of, colour_name: str,
+                    ylabel: str, value):
+    """Scatter plots of the objective, one per ``(key, default)`` panel, coloured by ``colour_of``."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    groups = sorted({colour_of(t) for t in points})
+    colours = {g: matplotlib.colormaps["tab10"](i % 10) for i, g in enumerate(groups)}
+    fig = Figure(figsize=(max(10, 4 * len(panels)), 4))
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for axis, (key, default) in zip(axes, panels):
+        values = [value(t, key, default) for t in points]
+        labels = sorted({str(v) for v in values if isinstance(v, str)})
+        position = {label: i for i, label in enumerate(labels)}
+        for name in groups:
+            group = [t for t in points if colour_of(t) == name]
+            xs = [value(t, key, default) for t in group]
+            xs = [position[x] if isinstance(x, str) else x for x in xs]
+            axis.scatter(xs, [t.best_valid_objective for t in group], color=colours[name],
+                         label=f"{colour_name}={name}" if colour_name else name, s=30)
+        if labels:
+            axis.set_xticks(range(len(labels)), labels)
         axis.set_xlabel(key)
         axis.grid(alpha=0.3)
-    axes[0].set_ylabel("best valid perplexity")
-    if merge_fns:
-        axes[1].legend(fontsize=8)
+    axes[0].set_ylabel(ylabel)
+    if groups:
+        axes[-1].legend(fontsize=8)
     fig.suptitle(f"{len(points)} trials")
     fig.tight_layout()
     return fig

@@ -90,3 +90,18 @@ def test_error_line_unwraps_wrapped_errors():
     assert error_line(_TaskError(_WorkerGroupError("x", {0: OSError("disk full")}))) == "OSError: disk full"
     assert error_line(RuntimeError("")) == "RuntimeError"
     assert error_line(None) is None
+
+
+def test_results_figure_of_another_task(tmp_path):
+    """A naming search: one panel per searched key, coloured by the categorical one (model.type)."""
+    from dynlm.search.space_file import job_for_task
+
+    base = job_for_task(default_job(), "naming")
+    trials = [TrialSummary(trial_id=f"t{i}", params={"model.type": kind, "model.embed_dim": dim}, status="TERMINATED",
+                           best_valid_objective=objective, epochs=1, time_s=1.0, run_id=f"r{i}", run_status="FINISHED")
+              for i, (kind, dim, objective) in enumerate([("name", 32, 0.7), ("subtoken", 64, 0.5), ("subtoken", 32, 0.6)])]
+    figure = results_figure(trials, base, ["model.embed_dim", "model.type"])
+    (axis,) = figure.axes
+    assert axis.get_xlabel() == "model.embed_dim" and axis.get_ylabel() == "best valid f1_error"
+    assert sorted(text.get_text() for text in axis.get_legend().get_texts()) == ["model.type=name", "model.type=subtoken"]
+    figure.savefig(tmp_path / "t.png", dpi=50)
