@@ -14,6 +14,20 @@ Documents are independent articles: theta is reset to theta_0 (and the recurrent
 zero) at the start of every document. Each document of a batch is therefore read on its own
 (batch size 1, in order); the metrics are those of :func:`dynlm.training.evaluate`.
 
+With ``lr = decay = 0`` dynamic evaluation IS static evaluation, per metric category (tested for
+every model type). Two kinds of model need care for that:
+
+* a model that reads a sentence as a whole (``needs_whole_sentences = True``: the DNTM, whose
+  entity memory merges a sentence's mentions after the sentence, with a bidirectional context
+  encoder over all of it) gets whole sentences: a segment is the sentences read until it holds
+  at least ``segment_len`` tokens, the update comes after the sentence that completes it. Cut
+  inside a sentence, the DNTM would merge the first part's mentions before the rest of the
+  sentence is read, from contexts that see only the part (issue 18: another model);
+* a model that detaches its outputs in eval mode (``graph_at_eval``: the dynamical LM) is asked
+  to keep the graph to its weights while dynamic evaluation reads (else there is no gradient).
+
+Other models (the RNN LM) are cut at exactly ``segment_len`` tokens, across sentence ends.
+
 ``eta`` and ``lambda`` matter a lot and depend on the model: :func:`choose_dynamic_eval` picks
 them on validation data from a small grid (``DEFAULT_ETAS`` x ``DEFAULT_LAMBDAS``).
 """
@@ -21,8 +35,9 @@ them on validation data from a small grid (``DEFAULT_ETAS`` x ``DEFAULT_LAMBDAS`
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -100,6 +115,36 @@ def rms_priors(rms: dict[str, torch.Tensor], eps: float, decay: float) -> dict[s
             for name, r in rms.items()}
 
 
+def _reads_whole_sentences(model: nn.Module) -> bool:
+    """The model must get whole sentences per forward call (``needs_whole_sentences``: the DNTM)."""
+    return bool(getattr(model, "needs_whole_sentences", False))
+
+
+def _piece_end(whole_sentences: bool, pos: int, length: int, seg_pos: int, segment_len: int) -> int:
+    """Where the next forward call stops in a sentence of ``length`` positions read from ``pos``.
+
+    A whole-sentence model reads to the sentence's end; another model stops at the end of the
+    current segment (``segment_len - seg_pos`` positions on) when that comes first.
+    """
+    if whole_sentences:
+        return length
+    return min(pos + segment_len - seg_pos, length)
+
+
+@contextmanager
+def _outputs_with_graph(model: nn.Module) -> Iterator[None]:
+    """Ask a model that detaches its eval outputs (``graph_at_eval``) to keep their graph meanwhile."""
+    if not hasattr(model, "graph_at_eval"):
+        yield
+        return
+    before = model.graph_at_eval
+    model.graph_at_eval = True
+    try:
+        yield
+    finally:
+        model.graph_at_eval = before
+
+
 @torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
 def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int = 20,
                        max_segments: int | None = None) -> dict[str, torch.Tensor]:
@@ -108,7 +153,9 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
     Every sentence step of each batch is cut into chunks of ``segment_len`` positions; the
     gradient of each chunk's mean NLL (all documents of the batch together) is squared and
     averaged over chunks. The recurrent state flows through the document but is detached
-    between chunks.
+    between chunks. A whole-sentence model (the DNTM) is never cut inside a sentence: its chunks
+    are consecutive sentence steps of at least ``segment_len`` positions (the last of a batch
+    may be shorter), as in :func:`dynamic_scores`.
 
     Args:
         model: a static LM (stateful interface of :mod:`dynlm.models`).
@@ -125,26 +172,47 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    whole = _reads_whole_sentences(model)
+
+    def add_gradient(nll_sum: torch.Tensor, tokens: int) -> None:
+        grads = torch.autograd.grad(nll_sum / tokens, list(params.values()), allow_unused=True)
+        for name, g in zip(params, grads):
+            if g is not None:
+                sums[name] += g.detach() ** 2
+
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), _outputs_with_graph(model):
             for doc_batch in batches:
                 state = model.init_state(doc_batch.batch_size, device)
+                seg_nll, seg_tokens, seg_pos = None, 0, 0
                 for sentence in doc_batch.sentences:
                     sentence = sentence.to(device)
-                    for start in range(0, sentence.tokens.size(1), segment_len):
-                        chunk = slice_columns(sentence, start, start + segment_len)
+                    length, pos = sentence.tokens.size(1), 0
+                    if not whole:
+                        seg_pos = 0  # chunks of a token model start at every sentence start
+                    while pos < length:
+                        end = _piece_end(whole, pos, length, seg_pos, segment_len)
+                        chunk = slice_columns(sentence, pos, end)
                         output, state = model(chunk, state)
-                        tokens = int(chunk.mask.sum())
-                        if tokens > 0:
-                            loss = token_nll(output.logits, chunk.targets, chunk.mask).sum() / tokens
-                            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-                            for name, g in zip(params, grads):
-                                if g is not None:
-                                    sums[name] += g.detach() ** 2
+                        nll = token_nll(output.logits, chunk.targets, chunk.mask).sum()
+                        seg_nll = nll if seg_nll is None else seg_nll + nll
+                        seg_tokens += int(chunk.mask.sum())
+                        seg_pos += end - pos
+                        pos = end
+                        if whole and seg_pos < segment_len:
+                            continue  # the segment goes on in the next sentence
+                        if seg_tokens > 0:
+                            add_gradient(seg_nll, seg_tokens)
                             count += 1
                         state = model.detach_state(state)
+                        seg_nll, seg_tokens, seg_pos = None, 0, 0
                         if max_segments is not None and count >= max_segments:
                             return {name: (s / count).sqrt() for name, s in sums.items()}
+                if seg_tokens > 0:  # a whole-sentence model's last, shorter segment
+                    add_gradient(seg_nll, seg_tokens)
+                    count += 1
+                    if max_segments is not None and count >= max_segments:
+                        return {name: (s / count).sqrt() for name, s in sums.items()}
     finally:
         model.train(was_training)
     if count == 0:
@@ -152,22 +220,39 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
     return {name: (s / count).sqrt() for name, s in sums.items()}
 
 
-@torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
-def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
-                     stats: dict[str, torch.Tensor], *, names: Sequence[str] | None = None) -> dict[str, float]:
-    """Evaluate ``model`` with dynamic evaluation; the model's weights are restored afterwards.
+class DynamicScore(NamedTuple):
+    """The scores of one forward call of dynamic evaluation (see :func:`dynamic_scores`).
 
-    Args:
-        model: a trained static LM (stateful interface of :mod:`dynlm.models`).
-        batches: ``DocumentBatch`` objects (whole documents; each is read on its own).
-        cfg: step size, decay, eps and segment length.
-        stats: :func:`collect_grad_stats` output for this model.
-        names: the parameters that adapt (``named_parameters`` names; default: every trainable
-            one); the others stay static. E.g. ``["decoder.weight", "decoder.bias"]``.
+    Attributes:
+        document: index of the document in reading order (over all batches, 0-based).
+        segment: index of the segment in its document; segment 0 is read with theta_0.
+        nll: ``[1, l]`` token NLL (nats), scored before the update that uses it.
+        piece: the ``SentenceBatch`` read (one document, ``l`` positions: targets, mask,
+            ``target_kind``), for :meth:`dynlm.metrics.MetricAccumulator.update_from_nll`.
+    """
 
-    Returns:
-        The metrics of :func:`dynlm.training.evaluate` (``loss``, ``ppl``, ``ppl_*``, ``tokens`` ...),
-        every token scored before the update that uses it.
+    document: int
+    segment: int
+    nll: torch.Tensor
+    piece: Any
+
+
+def dynamic_scores(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
+                   stats: dict[str, torch.Tensor], *, names: Sequence[str] | None = None) -> Iterator[DynamicScore]:
+    """Read ``batches`` with dynamic evaluation, yielding the scores of every forward call.
+
+    Each document is read on its own from theta_0 and a fresh state. A segment is
+    ``cfg.segment_len`` positions (across sentence ends), or for a whole-sentence model the
+    sentences read until it holds at least ``cfg.segment_len`` tokens; after each complete
+    segment the adapted weights take one step on its mean NLL and the state is detached.
+
+    The model is in eval mode while the generator runs; its weights and mode are restored when
+    it ends or is closed (and cuDNN is off meanwhile: its RNN backward refuses eval mode).
+
+    Args: as :func:`dynamic_evaluate`.
+
+    Yields:
+        :class:`DynamicScore` in reading order.
     """
     params = _adapted_parameters(model, names, stats)
     theta0 = {name: p.detach().clone() for name, p in params.items()}
@@ -175,7 +260,7 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
                         cfg.eps, cfg.decay)
     names = list(params)
     device = next(model.parameters()).device
-    metrics = MetricAccumulator()
+    whole = _reads_whole_sentences(model)
     was_training = model.training
     model.eval()
 
@@ -194,13 +279,14 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
                     p.sub_(cfg.lr * (g / prior.denominator))
                 p.add_(pull)
 
+    document = 0
     try:
-        with torch.enable_grad():
+        with torch.backends.cudnn.flags(enabled=False), torch.enable_grad(), _outputs_with_graph(model):
             for doc_batch in batches:
                 for row in range(doc_batch.batch_size):
                     restore()  # theta = theta_0 at each document start
                     state = model.init_state(1, device)
-                    seg_loss, seg_tokens, seg_pos = None, 0, 0
+                    seg_loss, seg_tokens, seg_pos, segment = None, 0, 0, 0
                     for sentence in doc_batch.sentences:
                         length = int(sentence.lengths[row])
                         if length == 0:
@@ -208,22 +294,45 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
                         doc_sentence = slice_columns(select_rows(sentence, [row]), 0, length).to(device)
                         pos = 0
                         while pos < length:
-                            take = min(cfg.segment_len - seg_pos, length - pos)
-                            chunk = slice_columns(doc_sentence, pos, pos + take)
-                            output, state = model(chunk, state)
-                            nll = token_nll(output.logits, chunk.targets, chunk.mask)  # [1, take]
-                            metrics.update_from_nll(nll, chunk)
+                            end = _piece_end(whole, pos, length, seg_pos, cfg.segment_len)
+                            piece = slice_columns(doc_sentence, pos, end)
+                            output, state = model(piece, state)
+                            nll = token_nll(output.logits, piece.targets, piece.mask)  # [1, end - pos]
+                            yield DynamicScore(document, segment, nll.detach(), piece)
                             seg_loss = nll.sum() if seg_loss is None else seg_loss + nll.sum()
-                            seg_tokens += take
-                            seg_pos += take
-                            pos += take
-                            if seg_pos == cfg.segment_len:
+                            seg_tokens += end - pos
+                            seg_pos += end - pos
+                            pos = end
+                            if seg_pos >= cfg.segment_len:
                                 step(seg_loss / seg_tokens)
                                 state = model.detach_state(state)
                                 seg_loss, seg_tokens, seg_pos = None, 0, 0
+                                segment += 1
+                    document += 1
     finally:
         restore()
         model.train(was_training)
+
+
+def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
+                     stats: dict[str, torch.Tensor], *, names: Sequence[str] | None = None) -> dict[str, float]:
+    """Evaluate ``model`` with dynamic evaluation; the model's weights are restored afterwards.
+
+    Args:
+        model: a trained static LM (stateful interface of :mod:`dynlm.models`).
+        batches: ``DocumentBatch`` objects (whole documents; each is read on its own).
+        cfg: step size, decay, eps and segment length.
+        stats: :func:`collect_grad_stats` output for this model.
+        names: the parameters that adapt (``named_parameters`` names; default: every trainable
+            one); the others stay static. E.g. ``["decoder.weight", "decoder.bias"]``.
+
+    Returns:
+        The metrics of :func:`dynlm.training.evaluate` (``loss``, ``ppl``, ``ppl_*``, ``tokens`` ...),
+        every token scored before the update that uses it (:func:`dynamic_scores`).
+    """
+    metrics = MetricAccumulator()
+    for score in dynamic_scores(model, batches, cfg, stats, names=names):
+        metrics.update_from_nll(score.nll, score.piece)
     return metrics.compute()
 
 

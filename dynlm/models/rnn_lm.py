@@ -57,6 +57,7 @@ class RNNLM(nn.Module):
     """
 
     needs_grad_at_eval = False
+    needs_whole_sentences = False  # a sentence may be read in pieces (the state carries)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
