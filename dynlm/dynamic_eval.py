@@ -6,8 +6,9 @@ take one step on that segment's mean NLL::
 
     theta <- theta - lr * grad / (rms + eps) + decay * decay_rate * (theta_0 - theta)
 
-``rms`` is the root-mean-square gradient of each weight collected on training data
-(:func:`collect_grad_stats`), ``decay_rate = rms / mean(rms)`` (over all weights, clipped at
+``rms`` is the root-mean-square gradient of each weight collected on training data, read
+exactly as the test documents are (one document at a time, the same segments:
+:func:`collect_grad_stats`), ``decay_rate = rms / mean(rms)`` (over all weights, clipped at
 ``1 / decay``) pulls often-changing weights back faster towards the trained ``theta_0``.
 
 Documents are independent articles: theta is reset to theta_0 (and the recurrent state to
@@ -145,23 +146,62 @@ def _outputs_with_graph(model: nn.Module) -> Iterator[None]:
         model.graph_at_eval = before
 
 
+class _Piece(NamedTuple):
+    """One forward call of a document read alone: ``batch`` (1 document), the indices of its
+    document (reading order) and segment, and whether it completes that segment."""
+
+    document: int
+    segment: int
+    batch: Any
+    closes_segment: bool
+
+
+def _document_pieces(model: nn.Module, batches: Iterable, segment_len: int, device) -> Iterator[_Piece]:
+    """Every document of ``batches`` on its own, in order, cut into the forward calls of segments.
+
+    A segment is ``segment_len`` positions (across sentence ends), or for a whole-sentence model
+    the sentences read until it holds at least ``segment_len`` tokens; a document's last
+    segment may stay incomplete (no piece closes it).
+    """
+    whole = _reads_whole_sentences(model)
+    document = 0
+    for doc_batch in batches:
+        for row in range(doc_batch.batch_size):
+            seg_pos, segment = 0, 0
+            for sentence in doc_batch.sentences:
+                length = int(sentence.lengths[row])
+                if length == 0:
+                    continue
+                doc_sentence = slice_columns(select_rows(sentence, [row]), 0, length).to(device)
+                pos = 0
+                while pos < length:
+                    end = _piece_end(whole, pos, length, seg_pos, segment_len)
+                    seg_pos += end - pos
+                    closes = seg_pos >= segment_len
+                    yield _Piece(document, segment, slice_columns(doc_sentence, pos, end), closes)
+                    pos = end
+                    if closes:
+                        seg_pos, segment = 0, segment + 1
+            document += 1
+
+
 @torch.backends.cudnn.flags(enabled=False)  # cuDNN RNN backward refuses eval mode
 def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int = 20,
                        max_segments: int | None = None) -> dict[str, torch.Tensor]:
     """RMS of each weight's gradient over segments of training data (model in eval mode).
 
-    Every sentence step of each batch is cut into chunks of ``segment_len`` positions; the
-    gradient of each chunk's mean NLL (all documents of the batch together) is squared and
-    averaged over chunks. The recurrent state flows through the document but is detached
-    between chunks. A whole-sentence model (the DNTM) is never cut inside a sentence: its chunks
-    are consecutive sentence steps of at least ``segment_len`` positions (the last of a batch
-    may be shorter), as in :func:`dynamic_scores`.
+    The documents are read exactly as :func:`dynamic_scores` reads test documents: each on its
+    own, in the same segments; the gradient of each complete segment's mean NLL is squared and
+    averaged over segments. The statistics thus have the scale of the gradients the update
+    divides by them (issue 18: averaged over a batch of 8 documents, as before, they were ~2x
+    too small, so every step was ~2x what eta says; the DNTM's shared W_dy diverged). The
+    recurrent state flows through the document but is detached between segments.
 
     Args:
         model: a static LM (stateful interface of :mod:`dynlm.models`).
         batches: ``DocumentBatch`` objects of training data.
-        segment_len: chunk length in positions.
-        max_segments: stop after this many chunks (None: read every batch).
+        segment_len: segment length in tokens.
+        max_segments: stop after this many segments (None: read every batch).
 
     Returns:
         name -> ``sqrt(mean(grad ** 2))`` with the parameter's shape (``named_parameters`` names).
@@ -172,51 +212,30 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    whole = _reads_whole_sentences(model)
-
-    def add_gradient(nll_sum: torch.Tensor, tokens: int) -> None:
-        grads = torch.autograd.grad(nll_sum / tokens, list(params.values()), allow_unused=True)
-        for name, g in zip(params, grads):
-            if g is not None:
-                sums[name] += g.detach() ** 2
-
     try:
         with torch.enable_grad(), _outputs_with_graph(model):
-            for doc_batch in batches:
-                state = model.init_state(doc_batch.batch_size, device)
-                seg_nll, seg_tokens, seg_pos = None, 0, 0
-                for sentence in doc_batch.sentences:
-                    sentence = sentence.to(device)
-                    length, pos = sentence.tokens.size(1), 0
-                    if not whole:
-                        seg_pos = 0  # chunks of a token model start at every sentence start
-                    while pos < length:
-                        end = _piece_end(whole, pos, length, seg_pos, segment_len)
-                        chunk = slice_columns(sentence, pos, end)
-                        output, state = model(chunk, state)
-                        nll = token_nll(output.logits, chunk.targets, chunk.mask).sum()
-                        seg_nll = nll if seg_nll is None else seg_nll + nll
-                        seg_tokens += int(chunk.mask.sum())
-                        seg_pos += end - pos
-                        pos = end
-                        if whole and seg_pos < segment_len:
-                            continue  # the segment goes on in the next sentence
-                        if seg_tokens > 0:
-                            add_gradient(seg_nll, seg_tokens)
-                            count += 1
-                        state = model.detach_state(state)
-                        seg_nll, seg_tokens, seg_pos = None, 0, 0
-                        if max_segments is not None and count >= max_segments:
-                            return {name: (s / count).sqrt() for name, s in sums.items()}
-                if seg_tokens > 0:  # a whole-sentence model's last, shorter segment
-                    add_gradient(seg_nll, seg_tokens)
-                    count += 1
-                    if max_segments is not None and count >= max_segments:
-                        return {name: (s / count).sqrt() for name, s in sums.items()}
+            current, state, seg_nll, seg_tokens = None, None, None, 0
+            for item in _document_pieces(model, batches, segment_len, device):
+                if item.document != current:
+                    current, state, seg_nll, seg_tokens = item.document, model.init_state(1, device), None, 0
+                output, state = model(item.batch, state)
+                nll = token_nll(output.logits, item.batch.targets, item.batch.mask).sum()
+                seg_nll = nll if seg_nll is None else seg_nll + nll
+                seg_tokens += int(item.batch.mask.sum())
+                if not item.closes_segment:
+                    continue
+                grads = torch.autograd.grad(seg_nll / seg_tokens, list(params.values()), allow_unused=True)
+                for name, g in zip(params, grads):
+                    if g is not None:
+                        sums[name] += g.detach() ** 2
+                count += 1
+                state, seg_nll, seg_tokens = model.detach_state(state), None, 0
+                if max_segments is not None and count >= max_segments:
+                    break
     finally:
         model.train(was_training)
     if count == 0:
-        raise ValueError("collect_grad_stats: the batches hold no tokens")
+        raise ValueError(f"collect_grad_stats: no document holds a segment of {segment_len} tokens")
     return {name: (s / count).sqrt() for name, s in sums.items()}
 
 
@@ -260,7 +279,6 @@ def dynamic_scores(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
                         cfg.eps, cfg.decay)
     names = list(params)
     device = next(model.parameters()).device
-    whole = _reads_whole_sentences(model)
     was_training = model.training
     model.eval()
 
@@ -279,36 +297,21 @@ def dynamic_scores(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
                     p.sub_(cfg.lr * (g / prior.denominator))
                 p.add_(pull)
 
-    document = 0
     try:
         with torch.backends.cudnn.flags(enabled=False), torch.enable_grad(), _outputs_with_graph(model):
-            for doc_batch in batches:
-                for row in range(doc_batch.batch_size):
+            current, state, seg_loss, seg_tokens = None, None, None, 0
+            for item in _document_pieces(model, batches, cfg.segment_len, device):
+                if item.document != current:
                     restore()  # theta = theta_0 at each document start
-                    state = model.init_state(1, device)
-                    seg_loss, seg_tokens, seg_pos, segment = None, 0, 0, 0
-                    for sentence in doc_batch.sentences:
-                        length = int(sentence.lengths[row])
-                        if length == 0:
-                            continue
-                        doc_sentence = slice_columns(select_rows(sentence, [row]), 0, length).to(device)
-                        pos = 0
-                        while pos < length:
-                            end = _piece_end(whole, pos, length, seg_pos, cfg.segment_len)
-                            piece = slice_columns(doc_sentence, pos, end)
-                            output, state = model(piece, state)
-                            nll = token_nll(output.logits, piece.targets, piece.mask)  # [1, end - pos]
-                            yield DynamicScore(document, segment, nll.detach(), piece)
-                            seg_loss = nll.sum() if seg_loss is None else seg_loss + nll.sum()
-                            seg_tokens += end - pos
-                            seg_pos += end - pos
-                            pos = end
-                            if seg_pos >= cfg.segment_len:
-                                step(seg_loss / seg_tokens)
-                                state = model.detach_state(state)
-                                seg_loss, seg_tokens, seg_pos = None, 0, 0
-                                segment += 1
-                    document += 1
+                    current, state, seg_loss, seg_tokens = item.document, model.init_state(1, device), None, 0
+                output, state = model(item.batch, state)
+                nll = token_nll(output.logits, item.batch.targets, item.batch.mask)  # [1, l]
+                yield DynamicScore(item.document, item.segment, nll.detach(), item.batch)
+                seg_loss = nll.sum() if seg_loss is None else seg_loss + nll.sum()
+                seg_tokens += item.batch.tokens.size(1)
+                if item.closes_segment:
+                    step(seg_loss / seg_tokens)
+                    state, seg_loss, seg_tokens = model.detach_state(state), None, 0
     finally:
         restore()
         model.train(was_training)

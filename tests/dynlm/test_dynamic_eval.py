@@ -259,3 +259,26 @@ def test_the_first_segment_of_every_document_scores_as_static_and_later_ones_ada
         assert first.numel() >= cfg.segment_len and first.numel() + later.numel() == static.numel()
         torch.testing.assert_close(first, static[: first.numel()], rtol=1e-5, atol=1e-6)
         assert float((later - static[first.numel():]).abs().max()) > 1e-3  # the steps change later scores
+
+
+@pytest.mark.parametrize("model_type", ["rnn", "dntm_both"])
+def test_grad_stats_read_documents_alone_whatever_the_batch(model_type):
+    """The statistics are of one document's segment gradient (what the update divides by them):
+    the same documents give the same statistics in one batch or one per batch (before issue 18
+    the batch's mean gradient was used: smaller with more documents, so steps were larger)."""
+    spec, stats_batch, _, _ = _synth_data()
+    model = _model_of_type(model_type, spec)
+    together = collect_grad_stats(model, [stats_batch], segment_len=7)
+    alone = collect_grad_stats(model, [_one_document(stats_batch, row) for row in range(stats_batch.batch_size)],
+                               segment_len=7)
+    for name in together:
+        torch.testing.assert_close(together[name], alone[name], rtol=1e-4, atol=1e-9)
+
+
+def _one_document(batch, row):
+    """Document ``row`` of a DocumentBatch as a batch of its own (its sentences only)."""
+    from dynlm.data.batching import DocumentBatch
+    from dynlm.modules.fast_weights import select_rows
+
+    sentences = [select_rows(s, [row]) for s in batch.sentences if int(s.lengths[row]) > 0]
+    return DocumentBatch(sentences, [batch.doc_ids[row]], sum(int(s.mask.sum()) for s in sentences), 0)
