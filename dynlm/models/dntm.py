@@ -176,6 +176,7 @@ class DNTM(nn.Module):
             entity_scores = torch.einsum("blh,bkh->blk", dropped, self.output_proj(memory))  # h . W_dy d_e
             offset = self.spec.entity_offset
             logits = torch.cat([logits[..., :offset], logits[..., offset:] + entity_scores], dim=-1)
+        logits = self.lm.mask_entities(logits, batch)
         entities = state.entities
         if self.dynamic != "none":
             contexts = self.context_encoder(x, batch.mask)  # [B, L, D]

@@ -333,7 +333,7 @@ class DynamicalLM(nn.Module):
             logits = fast_linear(lm.decoder, dropped, fast["output.weight"], fast["output.bias"])  # [B, l, V]
         else:
             logits = lm.decoder(dropped)
-        return logits, hidden, lm_state
+        return lm.mask_entities(logits, chunk), hidden, lm_state
 
     def _run_fast_rnn(self, x, lm_state: RNNState, fast, chunk):
         """The recurrent layers with fast ``weight_hh`` (rows past ``chunk.lengths`` keep their state)."""
