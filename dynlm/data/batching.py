@@ -60,6 +60,9 @@ class SentenceBatch:
         entity_ids: ``[B, L]`` long chain index 1..K of each input token, 0 otherwise.
         target_entity_ids: ``[B, L]`` long chain index of each target, 0 otherwise.
         target_kind: ``[B, L]`` long ``KIND_*`` bit flags of each target.
+        entities_seen: ``[B, L]`` long number of chains that appeared in the document up to and
+            including each input token (ids follow first appearance, so the target can only be
+            a word or ``<unk1>`` ... ``<unk{n+1}>``; see :mod:`dynlm.modules.entity_mask`).
         doc_active: ``[B]`` bool, the document has this sentence.
         new_doc: ``[B]`` bool, this is the document's first sentence (reset its state before).
         doc_end: ``[B]`` bool, this is the document's last sentence.
@@ -76,6 +79,7 @@ class SentenceBatch:
     entity_ids: torch.Tensor
     target_entity_ids: torch.Tensor
     target_kind: torch.Tensor
+    entities_seen: torch.Tensor
     doc_active: torch.Tensor
     new_doc: torch.Tensor
     doc_end: torch.Tensor
@@ -133,6 +137,7 @@ class _Document:
     sentences: list[np.ndarray]  # word ids per sentence incl. <bos>/<eos>
     entities: list[np.ndarray]  # entity ids per sentence
     kinds: list[np.ndarray]  # target kinds per sentence (length n - 1)
+    entities_seen: list[np.ndarray]  # chains seen up to each input position, per sentence (length n - 1)
     subwords: list[list[tuple[int, ...]]]  # subword ids per token, per sentence
 
 
@@ -214,11 +219,13 @@ def _parse_row(row: dict, spec: VocabSpec) -> _Document:
     sub_bounds = np.concatenate([[0], np.cumsum(sub_lengths)])
     sub_list = sub_ids.tolist()
     token_subwords = [tuple(sub_list[sub_bounds[i] : sub_bounds[i + 1]]) for i in range(total)]
+    seen = np.maximum.accumulate(entities)  # ids follow first appearance: the max is the number of chains seen
     return _Document(
         doc_id=doc_id,
         sentences=[words[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
         entities=[entities[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
         kinds=[kinds[bounds[i] + 1 : bounds[i + 1]] for i in range(len(lengths))],
+        entities_seen=[seen[bounds[i] : bounds[i + 1] - 1] for i in range(len(lengths))],
         subwords=[token_subwords[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
     )
 
@@ -232,6 +239,7 @@ def _sentence_step(docs: list[_Document], step: int, spec: VocabSpec) -> Sentenc
     entity_ids = np.zeros((batch_size, width), dtype=np.int64)
     target_entity_ids = np.zeros((batch_size, width), dtype=np.int64)
     target_kind = np.zeros((batch_size, width), dtype=np.int64)
+    entities_seen = np.zeros((batch_size, width), dtype=np.int64)
     token_to_unique = np.zeros((batch_size, width), dtype=np.int64)
     unique: dict[tuple[int, tuple[int, ...]], int] = {}
     for b, (doc, n) in enumerate(zip(docs, lengths)):
@@ -241,6 +249,7 @@ def _sentence_step(docs: list[_Document], step: int, spec: VocabSpec) -> Sentenc
         tokens[b, :n], targets[b, :n] = words[:-1], words[1:]
         entity_ids[b, :n], target_entity_ids[b, :n] = ents[:-1], ents[1:]
         target_kind[b, :n] = doc.kinds[step]
+        entities_seen[b, :n] = doc.entities_seen[step]
         subwords = doc.subwords[step]
         for i in range(n):
             key = (int(words[i]), subwords[i])
@@ -260,6 +269,7 @@ def _sentence_step(docs: list[_Document], step: int, spec: VocabSpec) -> Sentenc
         entity_ids=torch.from_numpy(entity_ids),
         target_entity_ids=torch.from_numpy(target_entity_ids),
         target_kind=torch.from_numpy(target_kind),
+        entities_seen=torch.from_numpy(entities_seen),
         doc_active=lengths_t > 0,
         new_doc=torch.full((batch_size,), step == 0, dtype=torch.bool),
         doc_end=torch.tensor([len(d.sentences) == step + 1 for d in docs], dtype=torch.bool),

@@ -57,6 +57,9 @@ class ModelConfig(Config):
     subword_dim: int = 64
     dntm: DNTMSettings = field(default_factory=DNTMSettings)
     dynamical: DynamicalSettings = field(default_factory=DynamicalSettings)
+    # -inf logits for <unk{n+2}> and above after n chains (ids follow first appearance; exact):
+    # dynlm.modules.entity_mask
+    mask_unseen_entities: bool = True
 
     def validate(self) -> None:
         for name in ("embed_dim", "hidden_dim", "num_layers", "subword_dim"):

@@ -11,7 +11,10 @@ reused as is (embedding, recurrent layers, output layer); the DNTM adds
   vector d'_e for every mention, merged into d_e in sentence order
   (:mod:`dynlm.modules.entity_memory`).
 
-Sentence i + 1 is therefore read with the representations merged from sentences 1..i. With
+Sentence i + 1 is therefore read with the representations merged from sentences 1..i. A
+forward call must therefore get whole sentences (``needs_whole_sentences``): given the first
+half of a sentence, the model would merge its mentions before the second half is read, from
+contexts of the half alone, which is another model. With
 d_e = 0 the model computes exactly what the baseline RNNLM with the same weights computes;
 ``dynamic="none"`` is the baseline itself.
 
@@ -86,6 +89,10 @@ class DNTM(nn.Module):
     """
 
     needs_grad_at_eval = False
+    # A forward call must get whole sentences: the memory merges a sentence's mentions after it,
+    # from a bidirectional encoder over all of it (callers that cut segments, e.g. dynamic
+    # evaluation, cut at sentence ends).
+    needs_whole_sentences = True
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -169,6 +176,7 @@ class DNTM(nn.Module):
             entity_scores = torch.einsum("blh,bkh->blk", dropped, self.output_proj(memory))  # h . W_dy d_e
             offset = self.spec.entity_offset
             logits = torch.cat([logits[..., :offset], logits[..., offset:] + entity_scores], dim=-1)
+        logits = self.lm.mask_entities(logits, batch)
         entities = state.entities
         if self.dynamic != "none":
             contexts = self.context_encoder(x, batch.mask)  # [B, L, D]

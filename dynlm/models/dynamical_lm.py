@@ -42,7 +42,11 @@ segment's token count at the update).
 
 Evaluation needs gradients, so the class sets ``needs_grad_at_eval = True`` (the evaluate loop
 then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached
-and the update itself runs under ``torch.no_grad`` (no graph). In training mode each output's
+and the update itself runs under ``torch.no_grad`` (no graph). Dynamic evaluation of this model
+(:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on top of theta_hat) sets
+``graph_at_eval = True`` meanwhile: the eval-mode logits then keep their graph to theta (the RNN
+state is still detached at every chunk, so that gradient is truncated there, and theta_hat's
+updates are constants to it); what the model computes is unchanged. In training mode each output's
 ``extras["gate_stats"]`` holds the mean and std of both gates over the updates of that forward
 (the training loop averages them into its metrics, see :func:`dynlm.training.train_step`).
 """
@@ -107,6 +111,8 @@ class DynamicalLM(nn.Module):
     """
 
     needs_grad_at_eval = True
+    needs_whole_sentences = False  # a sentence may be read in pieces (the segment carries)
+    graph_at_eval = False  # eval outputs keep their graph to theta (dynamic evaluation sets it)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -227,6 +233,7 @@ class DynamicalLM(nn.Module):
             raise RuntimeError("DynamicalLM needs autograd to update its fast weights: call it under "
                                "torch.enable_grad() (needs_grad_at_eval = True)")
         training = self.training
+        keep_graph = training or self.graph_at_eval  # the outputs' graph to theta
         create_graph = training and not self.settings.first_order
         fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
         lm_state, grad = state.lm, dict(state.grad)
@@ -240,7 +247,7 @@ class DynamicalLM(nn.Module):
             nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
             names = list(fast)
             grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
-                                        retain_graph=training,
+                                        retain_graph=keep_graph,
                                         allow_unused=True)
             for name, g in zip(names, grads):
                 if g is not None:  # the first chunk of a segment starts from zeros: no add needed
@@ -250,7 +257,9 @@ class DynamicalLM(nn.Module):
             seg_pos += take
             pos += take
             if not training:
-                logits, hidden, lm_state = logits.detach(), hidden.detach(), RNNLM.detach_state(lm_state)
+                lm_state = RNNLM.detach_state(lm_state)
+            if not keep_graph:
+                logits, hidden = logits.detach(), hidden.detach()
             logits_parts.append(logits)
             hidden_parts.append(hidden)
             if seg_pos == self.settings.segment_len:
@@ -307,7 +316,7 @@ class DynamicalLM(nn.Module):
         """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk."""
         lm = self.lm
         # In eval with only a fast output layer nothing below the decoder needs a graph.
-        below_needs_graph = self.training or any(not k.startswith("output.") for k in fast)
+        below_needs_graph = self.training or self.graph_at_eval or any(not k.startswith("output.") for k in fast)
         with torch.set_grad_enabled(below_needs_graph):
             if "embedding.weight" in fast:  # embedding="word": lm.embed(chunk) is the word table alone
                 # the word module maps off-short-list ids to <unk>; pad rows get no fast part
@@ -324,7 +333,7 @@ class DynamicalLM(nn.Module):
             logits = fast_linear(lm.decoder, dropped, fast["output.weight"], fast["output.bias"])  # [B, l, V]
         else:
             logits = lm.decoder(dropped)
-        return logits, hidden, lm_state
+        return lm.mask_entities(logits, chunk), hidden, lm_state
 
     def _run_fast_rnn(self, x, lm_state: RNNState, fast, chunk):
         """The recurrent layers with fast ``weight_hh`` (rows past ``chunk.lengths`` keep their state)."""

@@ -18,6 +18,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists
+from dynlm.modules.entity_mask import mask_unseen_entities
 from dynlm.modules.locked_dropout import LockedDropout
 from dynlm.modules.subword_embedding import SubwordAugmentedEmbedding
 from dynlm.vocab_spec import VocabSpec
@@ -57,6 +58,7 @@ class RNNLM(nn.Module):
     """
 
     needs_grad_at_eval = False
+    needs_whole_sentences = False  # a sentence may be read in pieces (the state carries)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -156,6 +158,16 @@ class RNNLM(nn.Module):
         """Output dropout + linear layer: ``[B, L, H] -> [B, L, V_out]``."""
         return self.decoder(self.output_dropout(hidden))
 
+    def mask_entities(self, logits: torch.Tensor, batch) -> torch.Tensor:
+        """-inf for the entity ids that cannot come next (``cfg.mask_unseen_entities``, else as is).
+
+        ``logits [B, L, V_out]`` of ``batch`` (a ``SentenceBatch`` with ``entities_seen``); see
+        :mod:`dynlm.modules.entity_mask`. Every LM-task model applies it to its final logits.
+        """
+        if not self.cfg.mask_unseen_entities:
+            return logits
+        return mask_unseen_entities(logits, batch.entities_seen, self.spec.entity_offset)
+
     # ----- forward -----------------------------------------------------------------------
     @accepts_sentence_lists
     def forward(self, batch, state: RNNState) -> tuple[LMOutput, RNNState]:
@@ -170,7 +182,7 @@ class RNNLM(nn.Module):
         """
         x = self.input_dropout(self.embed(batch))  # [B, L, E]
         hidden, state = self.run_rnn(x, state, batch.lengths)  # [B, L, H]
-        return LMOutput(logits=self.output_logits(hidden), hidden=hidden), state
+        return LMOutput(logits=self.mask_entities(self.output_logits(hidden), batch), hidden=hidden), state
 
 
 def _as_state(new, dtype: torch.dtype) -> RNNState:

@@ -53,7 +53,8 @@ def register(subparsers) -> None:
     parser.add_argument("--tune-documents", type=int, default=50,
                         help="validation documents read per grid point with --eta auto")
     parser.add_argument("--eps", type=float, default=1e-3, help="dynamic eval epsilon added to the RMS statistics")
-    parser.add_argument("--segment-len", type=int, default=20, help="dynamic eval tokens per update")
+    parser.add_argument("--segment-len", type=int, default=20,
+                        help="dynamic eval tokens per update (a DNTM: whole sentences, at least this many)")
     parser.add_argument("--stats-data", metavar="PREPARED",
                         help="prepared folder whose train split gives the gradient statistics "
                              "(default: --data when it is a prepared folder)")

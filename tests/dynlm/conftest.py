@@ -43,7 +43,8 @@ def make_row(doc_id: str, sentences: list[list[int]], spec: VocabSpec = TINY_SPE
 
 
 def random_rows(num_docs: int, seed: int = 0, spec: VocabSpec = TINY_SPEC, max_sentences: int = 5) -> list[dict]:
-    """Random documents (1..max_sentences sentences of 1..8 tokens, some entity mentions)."""
+    """Random documents (1..max_sentences sentences of 1..8 tokens, some entity mentions, numbered
+    in order of first appearance as anonymized documents are)."""
     import random
 
     rng = random.Random(seed)
@@ -53,8 +54,18 @@ def random_rows(num_docs: int, seed: int = 0, spec: VocabSpec = TINY_SPEC, max_s
         for _ in range(rng.randint(1, max_sentences)):
             sentence = [rng.randrange(4, spec.output_size) for _ in range(rng.randint(1, 8))]
             sentences.append(sentence)
-        rows.append(make_row(f"doc{d}", sentences, spec))
+        rows.append(make_row(f"doc{d}", _in_first_appearance_order(sentences, spec), spec))
     return rows
+
+
+def _in_first_appearance_order(sentences: list[list[int]], spec: VocabSpec) -> list[list[int]]:
+    """Entity ids renumbered as anonymization numbers chains: <unk1> first, then <unk2>, ..."""
+    order: dict[int, int] = {}
+    renumbered = []
+    for sentence in sentences:
+        renumbered.append([w if w < spec.num_words else spec.num_words + order.setdefault(w, len(order))
+                           for w in sentence])
+    return renumbered
 
 
 @pytest.fixture

@@ -141,3 +141,144 @@ def test_choose_dynamic_eval_picks_the_lowest_validation_loss_and_skips_diverged
     assert (best.lr, best.decay, best.segment_len) == (3e-2, 0.0, 4)
     with pytest.raises(ValueError, match="must not be empty"):
         choose_dynamic_eval(model, valid, stats, etas=[], lambdas=[0.0])
+
+
+# ----- the invariant for every model type (issue 18) ------------------------------------------
+# A small seeded model of each type on the synthetic coreference corpus (re-appearing people,
+# sentences of 4-14 tokens). segment_len=7 cuts most sentences in two: the DNTM bug of issue 18
+# (a segment boundary inside a sentence) shows only then.
+
+SYNTH_CHAINS = 6
+
+
+def _synth_data():
+    """(spec, gradient-statistics batch, evaluation batch, evaluation rows) of the synthetic corpus."""
+    import collections
+
+    from dynlm.data.anonymize import anonymize
+    from dynlm.data.config import DataConfig
+    from dynlm.data.preprocessor import Preprocessor
+    from dynlm.data.synth import SynthConfig, generate
+
+    docs = [anonymize(d, max_chains=SYNTH_CHAINS)[0] for d in generate(SynthConfig(num_documents=7, events_per_document=6))]
+    counts = collections.Counter(w for d in docs for s in d["sentences"] for w in s)
+    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["synth"], vocab_size=200, bpe_merges=0,
+                                                    max_chains=SYNTH_CHAINS))
+    rows = [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
+            for d in docs]
+    return pre.spec, collate_documents(rows[:3], pre.spec), collate_documents(rows[3:], pre.spec), rows[3:]
+
+
+def _model_of_type(model_type, spec):
+    """A seeded untrained model (dropout 0.3: eval mode must switch it off in both paths)."""
+    from dynlm.models import build_model
+    from dynlm.models.dntm import dntm_small
+    from dynlm.models.dynamical_lm import dynamical_lm_small
+
+    torch.manual_seed(0)
+    sizes = dict(embed_dim=16, hidden_dim=16, dropout=0.3)
+    if model_type == "rnn":
+        cfg = rnn_lm_small(**sizes)
+    elif model_type.startswith("dntm_"):
+        cfg = dntm_small(**sizes, dntm={"dynamic": model_type[len("dntm_"):], "merge_fn": "gru"})
+    else:
+        cfg = dynamical_lm_small(**sizes, dynamical={"segment_len": 9})
+    return build_model(cfg, spec)
+
+
+MODEL_TYPES = ["rnn", "dntm_input", "dntm_output", "dntm_both", "dynamical"]
+
+
+def _assert_same_metrics(dynamic, static):
+    """Every key of static evaluation's metrics dict, per category: counts exactly, NLL sums and
+    perplexities to rel 1e-5. Why 1e-5: static evaluation reads the documents as one padded batch
+    (packed RNN, batched matmuls), dynamic evaluation one document at a time in pieces, so each
+    float32 token NLL differs by summation order (~1e-7 relative); the bug was ~10 %."""
+    assert set(dynamic) == set(static)
+    for key, value in static.items():
+        if key.startswith("count_") or key == "tokens":
+            assert dynamic[key] == value, key
+        else:
+            assert dynamic[key] == pytest.approx(value, rel=1e-5, abs=1e-9, nan_ok=True), key
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_zero_step_equals_static_evaluation_for_every_model_type(model_type):
+    from dynlm.training import evaluate
+
+    spec, stats_batch, eval_batch, eval_rows = _synth_data()
+    model = _model_of_type(model_type, spec)
+    stats = collect_grad_stats(model, [stats_batch], segment_len=7)
+    if model_type == "dynamical":  # its own segments count the batch's lockstep positions (padding
+        # included), so its static scores depend on the batch: the reference reads documents alone
+        static = evaluate(model, [collate_documents([row], spec) for row in eval_rows])
+    else:
+        static = evaluate(model, [eval_batch])
+    assert static["count_reappearing"] > 20 and static["count_first_mention"] > 5  # the categories are there
+    dynamic = dynamic_evaluate(model, [eval_batch], DynamicEvalConfig(lr=0.0, decay=0.0, segment_len=7), stats)
+    _assert_same_metrics(dynamic, static)
+    assert model.training  # the mode is restored
+
+
+def _static_token_nll(model, batch, row):
+    """Static per-token NLL of document ``row`` read alone: ``[tokens]`` in reading order."""
+    from dynlm.losses import token_nll
+    from dynlm.modules.fast_weights import select_rows, slice_columns
+
+    model.eval()
+    parts = []
+    with torch.enable_grad() if model.needs_grad_at_eval else torch.no_grad():
+        state = model.init_state(1)
+        for sentence in batch.sentences:
+            length = int(sentence.lengths[row])
+            if length == 0:
+                continue
+            sentence = slice_columns(select_rows(sentence, [row]), 0, length)
+            output, state = model(sentence, state)
+            parts.append(token_nll(output.logits.detach(), sentence.targets, sentence.mask)[0])
+            state = model.detach_state(state)
+    model.train()
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_the_first_segment_of_every_document_scores_as_static_and_later_ones_adapt(model_type):
+    from dynlm.dynamic_eval import dynamic_scores
+
+    spec, stats_batch, eval_batch, _ = _synth_data()
+    model = _model_of_type(model_type, spec)
+    stats = collect_grad_stats(model, [stats_batch], segment_len=7)
+    cfg = DynamicEvalConfig(lr=0.05, decay=0.01, segment_len=7)
+    scores = list(dynamic_scores(model, [eval_batch], cfg, stats))
+    assert [s.document for s in scores] == sorted(s.document for s in scores)
+    for row in range(eval_batch.batch_size):
+        static = _static_token_nll(model, eval_batch, row)
+        mine = [s for s in scores if s.document == row]
+        first = torch.cat([s.nll[0] for s in mine if s.segment == 0])
+        later = torch.cat([s.nll[0] for s in mine if s.segment > 0])
+        assert first.numel() >= cfg.segment_len and first.numel() + later.numel() == static.numel()
+        torch.testing.assert_close(first, static[: first.numel()], rtol=1e-5, atol=1e-6)
+        assert float((later - static[first.numel():]).abs().max()) > 1e-3  # the steps change later scores
+
+
+@pytest.mark.parametrize("model_type", ["rnn", "dntm_both"])
+def test_grad_stats_read_documents_alone_whatever_the_batch(model_type):
+    """The statistics are of one document's segment gradient (what the update divides by them):
+    the same documents give the same statistics in one batch or one per batch (before issue 18
+    the batch's mean gradient was used: smaller with more documents, so steps were larger)."""
+    spec, stats_batch, _, _ = _synth_data()
+    model = _model_of_type(model_type, spec)
+    together = collect_grad_stats(model, [stats_batch], segment_len=7)
+    alone = collect_grad_stats(model, [_one_document(stats_batch, row) for row in range(stats_batch.batch_size)],
+                               segment_len=7)
+    for name in together:
+        torch.testing.assert_close(together[name], alone[name], rtol=1e-4, atol=1e-9)
+
+
+def _one_document(batch, row):
+    """Document ``row`` of a DocumentBatch as a batch of its own (its sentences only)."""
+    from dynlm.data.batching import DocumentBatch
+    from dynlm.modules.fast_weights import select_rows
+
+    sentences = [select_rows(s, [row]) for s in batch.sentences if int(s.lengths[row]) > 0]
+    return DocumentBatch(sentences, [batch.doc_ids[row]], sum(int(s.mask.sum()) for s in sentences), 0)

@@ -45,7 +45,9 @@ def test_train_step_seeded_golden_loss(tiny_spec, random_rows):
     assert losses == pytest.approx(GOLDEN_LOSSES, rel=1e-5)
 
 
-GOLDEN_LOSSES = [3.0423995570132605, 2.941191221538343]
+# issue 18: random_rows numbers entities in first-appearance order (3.0323, 2.9252 with the mask
+# off) and the model masks the entity ids that cannot come next (on by default): lower.
+GOLDEN_LOSSES = [2.983415302477385, 2.8734907852975944]
 
 
 def test_train_step_chunks_state_and_scheduler(tiny_spec, random_rows):
