@@ -2,7 +2,7 @@
 
 Stages (one Ray Dataset flows through them; the text never comes back to the driver)::
 
-    read_binary_files(inputs, include_paths=True)       one row per input file
+    read_binary_files(cfg.input_files(), ...)            one row per input file the data config keeps
     map_batches(task.parse_files)                       records with their split + quarantine records
     --- driver: the small columns of every record: checks, one split rule (dynlm/data/split.py) ---
     map_batches(task.count_train).groupby("word").sum("count")      counts of the TRAIN split
@@ -55,8 +55,11 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
         clock = time.perf_counter()
 
     resolved = writer.with_absolute_paths(cfg)
+    files = resolved.input_files()  # the data config's files (the same list keys the folder)
+    if not files:
+        raise ValueError(f"data.inputs {cfg.inputs}: no input files were found")
     parsed = (
-        ray.data.read_binary_files(resolved.inputs, include_paths=True)
+        ray.data.read_binary_files(files, include_paths=True)
         .map_batches(task.parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": resolved.to_dict()})
         .repartition(target_num_rows_per_block=DOCS_PER_BLOCK)
         .materialize()

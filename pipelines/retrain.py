@@ -41,7 +41,7 @@ from dynlm import promotion, storage
 from dynlm.checkpoint_folder import find_checkpoint_file
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data.config import CorpusConfig
-from dynlm.data.fingerprint import input_files, input_listing
+from dynlm.data.fingerprint import input_listing
 from dynlm.data.prepared import PreparedData, is_prepared
 from dynlm.job import JobConfig, with_storage_env
 from dynlm.tasks.local import files_table, prepare_in_memory
@@ -182,7 +182,7 @@ def validation_rows(validation: str, task, preprocessor, data_cfg) -> list[dict]
         rows = list(prepared.iter_rows("valid"))
     else:
         cfg = data_cfg.replace(inputs=[validation], splits={})
-        done = prepare_in_memory(task, files_table(input_files([validation])), cfg, preprocessor=preprocessor,
+        done = prepare_in_memory(task, files_table(cfg.input_files()), cfg, preprocessor=preprocessor,
                                  require_train=False)
         bad = [r for r in done.rejected() if r["kind"] == "quarantine"]
         if bad:

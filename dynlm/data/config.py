@@ -10,7 +10,7 @@ from typing import Literal
 
 from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
-from dynlm.data.fingerprint import input_listing
+from dynlm.data import fingerprint
 from dynlm.data.split import SPLITS, path_parts
 
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
@@ -73,11 +73,26 @@ class CorpusConfig(Config):
                                           "overlap; a file must be in one split")
                 listed.append((split, parts, item))
 
+    def keeps_file(self, relative_path: str) -> bool:
+        """Whether the prepare job reads the file at ``relative_path`` (posix, below its input
+        folder) of an input folder; a file named in ``inputs`` is always read. Default: every
+        file (hidden and ``_``-prefixed ones aside, as Ray Data does). A task's config overrides it."""
+        return True
+
+    def input_files(self) -> list[str]:
+        """The files the prepare job reads (:func:`dynlm.data.fingerprint.input_files`, filtered
+        by :meth:`keeps_file`); the same list keys the folder (:meth:`input_listing`)."""
+        return fingerprint.input_files(self.inputs, keep=self.keeps_file)
+
+    def input_listing(self) -> list[list]:
+        """``[name, size, digest]`` of every file of :meth:`input_files` (the folder key's inputs)."""
+        return fingerprint.input_listing(self.inputs, keep=self.keeps_file)
+
     def data_hash(self, length: int = 16) -> str:
         """The key of the prepared folder: what the inputs contain + the settings that change
         the output (+ DATA_FORMAT_VERSION).
 
-        The inputs enter by content (:func:`dynlm.data.fingerprint.input_listing`), so a path
+        The inputs enter by content (:meth:`input_listing`), so a path
         spelled relative, absolute, with ``./`` or through a symlink gives the same key, and a
         changed or added input file a new one. ``output_root`` and ``num_encode_actors`` are
         left out: the same data written elsewhere or with more actors has the same hash.
@@ -95,7 +110,7 @@ class CorpusConfig(Config):
 
     def _hash(self, exclude: tuple[str, ...], length: int) -> str:
         data = {k: v for k, v in self.to_dict().items() if k not in exclude}
-        data["_inputs"] = input_listing(self.inputs)
+        data["_inputs"] = self.input_listing()
         # the split paths by what they name, not how they are spelled (./x, x, /abs/x, a link)
         data["splits"] = {split: [storage.absolute(p) for p in paths] for split, paths in self.splits.items()}
         data["_data_format_version"] = DATA_FORMAT_VERSION

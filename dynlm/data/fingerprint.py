@@ -15,14 +15,18 @@ one. :func:`input_listing` returns one entry per file that the prepare job reads
 
 The listing follows Ray Data's file listing (``read_binary_files``): folders are walked
 recursively, sorted, and files whose path relative to the input starts with ``.`` or ``_`` are
-skipped, so the listing names exactly the files the job reads. Absolute locations are not part
-of the key; the relative names are (they become document ids).
+skipped, so the listing names exactly the files the job reads. A data config may keep fewer
+files of its input folders (``keep``, :meth:`dynlm.data.config.CorpusConfig.keeps_file`: the
+naming task reads ``*.py`` outside test folders); the prepare job then reads the same filtered
+list (``CorpusConfig.input_files``) that the key lists (``CorpusConfig.input_listing``). Absolute
+locations are not part of the key; the relative names are (they become document ids).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 import pyarrow.fs as pafs
 
@@ -53,8 +57,12 @@ def _local_digest(path: str) -> tuple[int, str]:
     return stat.st_size, _DIGEST_CACHE[key]
 
 
-def _files_of(filesystem: pafs.FileSystem, path: str, item: str) -> list[pafs.FileInfo]:
-    """The files one input names (itself, or every file under a folder), sorted by path."""
+KeepFile = Callable[[str], bool]  # path relative to its input folder (posix) -> read it?
+
+
+def _files_of(filesystem: pafs.FileSystem, path: str, item: str, keep: KeepFile | None) -> list[pafs.FileInfo]:
+    """The files one input names (itself, or the files under a folder that ``keep`` keeps), sorted
+    by path. A file named as an input is always read."""
     info = filesystem.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"DataConfig.inputs: {item!r} does not exist (resolved to {path})")
@@ -63,12 +71,13 @@ def _files_of(filesystem: pafs.FileSystem, path: str, item: str) -> list[pafs.Fi
     found = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
     base = path.rstrip("/") + "/"
     return sorted((f for f in found if f.type == pafs.FileType.File
-                   and not f.path[len(base):].startswith(SKIPPED_PREFIXES)), key=lambda f: f.path)
+                   and not f.path[len(base):].startswith(SKIPPED_PREFIXES)
+                   and (keep is None or keep(f.path[len(base):]))), key=lambda f: f.path)
 
 
-def input_files(inputs: list[str]) -> list[str]:
-    """The files Ray Data reads for ``inputs`` (the same skip rule), in input order: absolute
-    local paths, or URIs for URI inputs.
+def input_files(inputs: list[str], keep: KeepFile | None = None) -> list[str]:
+    """The files Ray Data reads for ``inputs`` (the same skip rule, then ``keep``), in input
+    order: absolute local paths, or URIs for URI inputs.
 
     Raises:
         FileNotFoundError: an input does not exist.
@@ -77,13 +86,13 @@ def input_files(inputs: list[str]) -> list[str]:
     for item in inputs:
         filesystem, path = storage.resolve(item)
         prefix = item.rstrip("/") if storage.is_uri(item) else path.rstrip("/")
-        for info in _files_of(filesystem, path, item):
+        for info in _files_of(filesystem, path, item, keep):
             files.append(prefix + info.path[len(path.rstrip("/")):])
     return files
 
 
-def input_listing(inputs: list[str]) -> list[list]:
-    """One ``[name, size, digest]`` entry per input file (see the module docstring).
+def input_listing(inputs: list[str], keep: KeepFile | None = None) -> list[list]:
+    """One ``[name, size, digest]`` entry per input file that ``keep`` keeps (module docstring).
 
     Raises:
         FileNotFoundError: an input does not exist.
@@ -92,7 +101,7 @@ def input_listing(inputs: list[str]) -> list[list]:
     for index, item in enumerate(inputs):
         filesystem, path = storage.resolve(item)
         local = isinstance(filesystem, pafs.LocalFileSystem)  # a path, or a file:// URI
-        for info in _files_of(filesystem, path, item):
+        for info in _files_of(filesystem, path, item, keep):
             name = info.base_name if info.path == path else info.path[len(path.rstrip("/")) + 1:]
             if local:
                 size, digest = _local_digest(info.path)

@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dynlm import storage
-from dynlm.data.fingerprint import input_listing
 from dynlm.data.schema import QUARANTINE_SCHEMA
 from dynlm.data.split import check_split_rule
 from dynlm.tasks import task_ref
@@ -140,7 +139,7 @@ def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Tabl
         "config": cfg.to_dict(),
         "config_hash": cfg.data_hash(),
         "encoding_hash": cfg.encoding_hash(),
-        "inputs": input_listing(cfg.inputs),  # [name, size, digest] per file: what the key covers
+        "inputs": cfg.input_listing(),  # [name, size, digest] per file: what the key covers
         "counts": task.summarize(meta, splits, preprocessor),
         "split_rule": rule,
         "preprocessor": PREPROCESSOR_FILE,

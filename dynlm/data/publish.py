@@ -32,7 +32,6 @@ from typing import Any
 
 from dynlm import storage
 from dynlm.data.config import CORPUS_FIELDS
-from dynlm.data.fingerprint import input_listing
 from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared
 from dynlm.data.prepared_writer import PREPROCESSOR_FILE, format_summary
 
@@ -107,7 +106,7 @@ def derive(task, cfg, out: Path, sibling: PreparedData, share: Share) -> dict:
     (out / PREPROCESSOR_FILE).write_text(task.derive_preprocessor(sibling.preprocessor, cfg).to_json(), encoding="utf-8")
     seconds = round(time.perf_counter() - start, 3)
     return {**manifest, "config": cfg.to_dict(), "config_hash": cfg.data_hash(),
-            "encoding_hash": cfg.encoding_hash(), "inputs": input_listing(cfg.inputs),
+            "encoding_hash": cfg.encoding_hash(), "inputs": cfg.input_listing(),
             "derived_from": manifest.get("derived_from", posixpath.basename(sibling.path)),  # the built one
             "timings_s": {"derive_from_sibling": seconds, "build": seconds}}
 

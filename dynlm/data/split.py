@@ -92,14 +92,31 @@ def components_below_input(path: str, inputs: Sequence[str]) -> list[str]:
     folder, a home directory) never decide a split. A path under no input gives its file name.
     """
     parts = path_parts(path)
+    best = _containing_input(parts, inputs)
+    if best is None:
+        return parts[-1:]
+    return parts[len(best) - 1:]
+
+
+def _containing_input(parts: list[str], inputs: Sequence[str]) -> list[str] | None:
+    """The components of the longest input that is ``parts`` or a folder above it."""
     best: list[str] | None = None
     for item in inputs:
         folder = path_parts(item)
         if folder and _is_within(parts, folder) and (best is None or len(folder) > len(best)):
             best = folder
-    if best is None:
-        return parts[-1:]
-    return parts[len(best) - 1:]
+    return best
+
+
+def relative_to_input(path: str, inputs: Sequence[str]) -> str:
+    """``path`` relative to the input it was listed from (posix): ``json/decoder.py`` for
+    ``--input /usr/lib/python3.11``; an input that is the file itself, or a path under no
+    input, gives the file name. Moving or renaming the input folder leaves it unchanged."""
+    parts = path_parts(path)
+    best = _containing_input(parts, inputs)
+    if best is None or len(best) == len(parts):
+        return parts[-1] if parts else ""
+    return "/".join(parts[len(best):])
 
 
 def component_splits(component: str) -> set[str]:

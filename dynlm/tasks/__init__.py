@@ -11,8 +11,9 @@ import importlib
 
 from dynlm.tasks.base import Task
 from dynlm.tasks.lm import LMTask
+from dynlm.tasks.naming import NamingTask
 
-TASKS: dict[str, type[Task]] = {"lm": LMTask}
+TASKS: dict[str, type[Task]] = {"lm": LMTask, "naming": NamingTask}
 DEFAULT_TASK = "lm"
 
 

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 from dynlm import storage
 from dynlm.data import prepared_writer as writer
-from dynlm.data.fingerprint import input_files
 from dynlm.data.prepared import PreparedData
 from dynlm.data.publish import prepare_folder
 from dynlm.tasks.base import Task
@@ -104,7 +103,7 @@ def prepare_local(data_cfg, *, task: Task | str = "lm", preprocessor: Any | None
 
     def build(out: Path) -> dict:
         given = preprocessor is not None
-        done = prepare_in_memory(task, files_table(input_files(data_cfg.inputs)), data_cfg, preprocessor=preprocessor)
+        done = prepare_in_memory(task, files_table(data_cfg.input_files()), data_cfg, preprocessor=preprocessor)
         meta = done.parsed.drop_columns(list(task.payload_columns))
         return writer.write_folder(out, task, data_cfg, meta, done.tables, done.preprocessor, rule=done.split_rule,
                                    preprocessor_source="given" if given else "fit on the train split")

@@ -1,4 +1,5 @@
-"""``dynlm data synth``: write the embedded synthetic discourse corpus as CoNLL files."""
+"""``dynlm data synth``: write the embedded synthetic discourse corpus as CoNLL files;
+``dynlm data synth-code``: the synthetic Python corpus of the naming task."""
 
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ def register(subparsers) -> None:
     synth.add_argument("--seed", type=int, default=0, help="generator seed")
     synth.add_argument("--docs-per-file", type=int, default=50, help="documents per CoNLL file")
     synth.set_defaults(func=run_synth)
+    code = sub.add_parser(
+        "synth-code", help="generate the synthetic Python corpus of the naming task",
+        description="Generate Python files of classes whose method names follow from their bodies "
+                    "(get_/set_/has_/load_... with noise); input of `dynlm prepare --task naming`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    code.add_argument("--out", required=True, help="folder to write module_*.py into")
+    code.add_argument("--num-files", type=int, default=40, help="files to generate")
+    code.add_argument("--seed", type=int, default=0, help="generator seed")
+    code.set_defaults(func=run_synth_code)
 
 
 def run_synth(args: argparse.Namespace) -> int:
@@ -29,4 +40,12 @@ def run_synth(args: argparse.Namespace) -> int:
     cfg.validate()
     paths = write_conll(cfg, args.out)
     print(f"wrote {cfg.num_documents} documents in {len(paths)} files to {args.out}")
+    return 0
+
+
+def run_synth_code(args: argparse.Namespace) -> int:
+    from dynlm.data.synthetic_code import SynthCodeConfig, write_code_corpus
+
+    paths = write_code_corpus(SynthCodeConfig(num_files=args.num_files, seed=args.seed), args.out)
+    print(f"wrote {len(paths)} Python files to {args.out}")
     return 0

@@ -112,14 +112,13 @@ def raw_rows(task, paths: list[str], preprocessor, args: argparse.Namespace) -> 
     """Raw corpus files read, parsed and encoded with the model's preprocessor: the task's own
     prepare stages in this process (:func:`dynlm.tasks.local.prepare_in_memory`), every document
     whatever its split. Returns ``(encoded rows, dropped and quarantined records)``."""
-    from dynlm.data.fingerprint import input_files
     from dynlm.tasks.local import files_table, prepare_in_memory
 
     cfg = task.evaluation_data_config(preprocessor, paths)
     flags = {key: getattr(args, key) for key in ("format", "lines_per_document", "too_many_chains")
              if getattr(args, key) is not None}
     cfg = cfg.replace(**flags).with_overrides(args.data_overrides)
-    files = input_files(cfg.inputs)
+    files = cfg.input_files()  # the files the task's data config keeps (naming: *.py)
     if not files:
         raise ValueError(f"--data {paths}: no files found")
     done = prepare_in_memory(task, files_table(files), cfg, preprocessor=preprocessor, require_train=False)

@@ -1,6 +1,14 @@
-"""Shared helpers for model/batching tests: a tiny VocabSpec and hand-made encoded rows."""
+"""Shared helpers for model/batching tests: a tiny VocabSpec, hand-made encoded rows, and real
+gloo process groups (the ``gloo_ranks`` fixture: :func:`run_gloo_ranks`)."""
 
 from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +73,39 @@ def make_row_fixture():
 def random_rows_fixture():
     """``random_rows(num_docs, seed=0) -> list of encoded rows`` over TINY_SPEC."""
     return random_rows
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_gloo_ranks(script: str, out_dir: Path, *args: str, world_size: int = 2, timeout: float = 180,
+                   hang_message: str = "DDP workers hung") -> list[dict]:
+    """Run the Python source ``script`` as ``world_size`` processes of one gloo group (MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE set; ``sys.argv[1:]`` = ``out_dir``, ``*args``). Each rank writes
+    ``rank{r}.json`` into ``out_dir``; returns them in rank order. A hang or a failing rank fails the test."""
+    path = Path(out_dir) / "gloo_worker.py"
+    path.write_text(script)
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world_size),
+           "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
+    procs = [subprocess.Popen([sys.executable, str(path), str(out_dir), *args], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world_size)]
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=timeout)[0].decode())
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(hang_message)
+    assert all(p.returncode == 0 for p in procs), outputs
+    return [json.loads((Path(out_dir) / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+@pytest.fixture
+def gloo_ranks():
+    """:func:`run_gloo_ranks`, for tests that run real DDP processes."""
+    return run_gloo_ranks

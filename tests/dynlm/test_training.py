@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -194,30 +191,9 @@ DDP_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_train_step_under_real_ddp_with_uneven_inputs(tmp_path):
-    script = tmp_path / "ddp_worker.py"
-    script.write_text(DDP_SCRIPT)
-    conftest_dir = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), conftest_dir],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(2)]
-    outputs = []
-    for proc in procs:
-        try:
-            outputs.append(proc.communicate(timeout=120)[0].decode())
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail("DDP workers hung (join / one-forward-per-backward broken)")
-    assert all(p.returncode == 0 for p in procs), outputs
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+def test_train_step_under_real_ddp_with_uneven_inputs(tmp_path, gloo_ranks):
+    r0, r1 = gloo_ranks(DDP_SCRIPT, tmp_path, os.path.dirname(os.path.abspath(__file__)), timeout=120,
+                            hang_message="DDP workers hung (join / one-forward-per-backward broken)")
     assert r0["steps"] > r1["steps"]  # the ranks really had different numbers of steps
     assert math.isfinite(r0["loss"]) and math.isfinite(r1["loss"])
     assert r0["param_sum"] == pytest.approx(r1["param_sum"], rel=1e-6)  # replicas stayed in sync

@@ -15,6 +15,7 @@ from dynlm.data.split import (
     file_split,
     named_splits,
     path_parts,
+    relative_to_input,
 )
 
 
@@ -35,6 +36,15 @@ def test_path_parts_drop_the_scheme_like_ray_data_rows():
     assert path_parts("s3://bucket/wt2/wiki.train.tokens") == ["bucket", "wt2", "wiki.train.tokens"]
     assert path_parts("bucket/wt2/") == path_parts("s3://bucket/wt2") == ["bucket", "wt2"]
     assert path_parts("/a/./b//c") == ["a", "b", "c"]
+
+
+def test_relative_to_input():
+    inputs = ["/usr/lib/python3.11", "/usr/lib/python3.11/json", "/data/one.py", "s3://bucket/code"]
+    assert relative_to_input("/usr/lib/python3.11/email/mime/text.py", inputs) == "email/mime/text.py"
+    assert relative_to_input("/usr/lib/python3.11/json/decoder.py", inputs) == "decoder.py"  # the longest input
+    assert relative_to_input("/data/one.py", inputs) == "one.py"  # a file input: its name
+    assert relative_to_input("bucket/code/pkg/a.py", inputs) == "pkg/a.py"  # Ray's URI rows lose the scheme
+    assert relative_to_input("/elsewhere/b.py", inputs) == "b.py"
 
 
 def test_only_the_input_and_below_can_name_a_split():

@@ -1,0 +1,225 @@
+"""The method-naming task: suggest a Python function's name from its body (Allamanis, Barr, Bird,
+Sutton, "Suggesting Accurate Method and Class Names", FSE 2015).
+
+Any folder of ``.py`` files is a corpus (the standard library of the running Python by
+default in the examples: ``sysconfig.get_paths()["stdlib"]``; test suites and installed
+packages are left out by ``data.exclude``). Each function or method is one record
+(:mod:`dynlm.data.python_functions`); files are split 70/15/15 by a hash of their path
+relative to the input. The models are the log-bilinear name and subtoken models of
+:mod:`dynlm.models.naming`, trained with NCE; the metrics are :class:`NamingMetrics` (F1 of the
+top suggestion's subtokens, exact match, neologisms, the suggestion-frequency curve).
+
+=================== ==================================================================
+parse_files         :func:`dynlm.tasks.naming_data.parse_files` (one row per function; files quarantined)
+count_train         :func:`dynlm.tasks.naming_data.count_train` (names, subtokens, features, context)
+fit_preprocessor    :meth:`dynlm.tasks.naming_data.NamingVocab.fit`
+encoder             :class:`dynlm.tasks.naming_data.EncodeFunctions`
+collate / batches   :func:`collate_functions` / :func:`batch_functions` -> :class:`FunctionBatch`
+build_model         :func:`dynlm.models.naming.build_naming_model` (registered as ``dynlm-naming``)
+loss / train_step   mean NCE loss (:func:`dynlm.modules.nce.nce_loss`); train perplexity from ``model.nll``
+evaluate / metrics  ``model.suggest`` + ``model.log_prob`` -> :class:`NamingMetrics`; primary ``f1_error``
+metric_table        :func:`dynlm.tasks.naming_report.format_naming_table`
+metric_figures      ``suggestion_frequency.png`` (F1@1, exact@1 vs suggestion frequency)
+suggest_source      a source file's functions with the model's suggested names (``dynlm suggest-name``)
+=================== ==================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from dynlm.data.python_functions import extract_functions
+from dynlm.data.subtokens import join_subtokens, name_style
+from dynlm.models.naming import NamingModelConfig, build_naming_model
+from dynlm.modules.nce import nce_loss
+from dynlm.tasks.base import Task
+from dynlm.tasks.naming_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUMNS, EncodeFunctions, FunctionBatch,
+                                     NamingDataConfig, NamingVocab, NamingVocabSpec, batch_functions,
+                                     collate_functions, count_train, inactive_batch, parse_files)
+from dynlm.tasks.naming_metrics import NamingMetrics
+from dynlm.tasks.naming_report import format_naming_table, naming_counts, suggestion_frequency_figure, summary_rows
+
+SUGGESTION_FIGURE = "suggestion_frequency.png"
+
+
+def _core(model):
+    """The module inside a DDP wrapper (``nll``, ``suggest``, ``log_prob`` are not DDP-forwarded)."""
+    return getattr(model, "module", model)
+
+
+def _device(model) -> torch.device:
+    return next(_core(model).parameters()).device
+
+
+class SuggestionReader:
+    """Reads a model's suggestions (ids) as subtoken-string tuples, with the train names."""
+
+    def __init__(self, spec: NamingVocabSpec):
+        self.spec = spec
+        self.known_names = {tuple(name.split("_")) for name in spec.train_names}
+
+    def subtokens(self, ids: tuple[int, ...], model_type: str) -> tuple[str, ...]:
+        """A suggestion's ids (``(name_id,)`` of the name model, subtoken ids of the subtoken
+        model) as its subtokens."""
+        if model_type == "name":
+            return tuple(self.spec.names[ids[0]].split("_"))
+        return tuple(self.spec.subtokens[i] for i in ids)
+
+
+def score_suggestions(suggester, model_type: str, batches, *, top_k: int, device=None) -> dict:
+    """:class:`NamingMetrics` of any suggester over :class:`FunctionBatch` es: a naming model,
+    or the :class:`dynlm.models.naming_baseline.FrequencyBaseline` (``model_type`` "name").
+
+    Args:
+        suggester: has ``suggest(NamingBatch, top_k=...)`` and ``log_prob(NamingBatch)``.
+        model_type: ``name`` (suggestions are name ids) or ``subtoken`` (subtoken ids).
+        device: where the batches go (None: where they are).
+    """
+    metrics, reader = NamingMetrics(), None
+    with torch.no_grad():
+        for batch in batches:
+            if reader is None or reader.spec is not batch.spec:
+                reader = SuggestionReader(batch.spec)
+            inputs = batch.inputs if device is None else batch.inputs.to(device)
+            ranked = [[(reader.subtokens(ids, model_type), log_p) for ids, log_p in row]
+                      for row in suggester.suggest(inputs, top_k=top_k)]
+            metrics.update(ranked, batch.truths, suggester.log_prob(inputs).tolist(), reader.known_names)
+    return metrics.compute()
+
+
+class NamingTask(Task):
+    """Method naming over Python source (module docstring)."""
+
+    name: ClassVar[str] = "naming"
+    parsed_schema = PARSED_SCHEMA
+    payload_columns = PAYLOAD_COLUMNS
+    encoded_schema = ENCODED_SCHEMA
+    data_config = NamingDataConfig
+    model_config = NamingModelConfig
+    metrics = NamingMetrics
+    primary_metric = "f1_error"
+    spec_class = NamingVocabSpec
+    encoder = EncodeFunctions
+
+    parse_files = staticmethod(parse_files)
+    count_train = staticmethod(count_train)
+
+    # ----------------------------------------------------------------------------- prepare
+    def fit_preprocessor(self, counts: dict[str, int], data_cfg: NamingDataConfig) -> NamingVocab:
+        return NamingVocab.fit(counts, data_cfg)
+
+    def load_preprocessor(self, text: str) -> NamingVocab:
+        return NamingVocab.from_json(text)
+
+    def evaluation_data_config(self, preprocessor: NamingVocab, inputs) -> NamingDataConfig:
+        """The vocabulary's context size; the default file filter."""
+        return NamingDataConfig(inputs=list(inputs), max_context_size=preprocessor.max_context_size,
+                                max_features_per_function=preprocessor.max_features_per_function)
+
+    def summarize(self, meta, splits, preprocessor) -> dict:
+        return {**super().summarize(meta, splits, preprocessor), **naming_counts(meta, preprocessor)}
+
+    def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
+        return summary_rows(counts)
+
+    # ---------------------------------------------------------------------------- training
+    def collate(self, rows, spec) -> FunctionBatch:
+        return collate_functions(rows, spec)
+
+    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
+        """Shuffled with ``seed`` (None keeps the order); ``sort_by_length`` has nothing to gain
+        (a function is one prediction, its tensors are short) and is ignored."""
+        return batch_functions(rows, spec, batch_size, seed=seed)
+
+    def pad_batch(self, batch, size: int, spec):
+        return inactive_batch(spec) if batch is None else batch  # one step per batch
+
+    def build_model(self, model_cfg: NamingModelConfig, spec) -> torch.nn.Module:
+        return build_naming_model(model_cfg, spec)
+
+    def loss(self, outputs, batch):
+        """``outputs``: the model's NCEScores of the batch's N prediction events (names, or
+        subtokens and END): (mean NCE loss, its detached sum, N). No event (an inactive batch): 0."""
+        per_event = nce_loss(outputs)  # [N]
+        count = per_event.shape[0]
+        return per_event.sum() / max(count, 1), per_event.sum().detach(), count
+
+    def train_step(self, model, batch: FunctionBatch, optimizer, train_cfg, *, scheduler=None) -> dict:
+        """One NCE step; ``nll_sum`` is the model's normalised −log p of the batch's true names
+        (before the step) and ``tokens`` the number of names, so train perplexity is per name,
+        as the evaluation's ``ppl``."""
+        model.train()
+        batch = batch.to(_device(model))
+        inputs = batch.inputs
+        with torch.no_grad():
+            nll_sum, _ = _core(model).nll(inputs)
+        optimizer.zero_grad(set_to_none=True)
+        loss, _, _ = self.loss(model(inputs), inputs)
+        loss.backward()
+        if train_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(_core(model).parameters(), train_cfg.grad_clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        names = int((inputs.names != 0).sum())
+        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": names, "num_padded": 0,
+                "documents": names, "steps": 1}
+
+    def evaluate(self, model, batches) -> dict:
+        """:class:`NamingMetrics` of ``model.suggest`` (``cfg.top_k`` per function) and
+        ``model.log_prob`` over ``batches``."""
+        core = _core(model)
+        core.eval()
+        return score_suggestions(core, core.cfg.type, batches, top_k=core.cfg.top_k, device=_device(model))
+
+    # ------------------------------------------------------------------------------ report
+    def metric_table(self, metrics: dict, title: str) -> str:
+        return format_naming_table(metrics, title)
+
+    def metric_figures(self, metrics: dict, title: str) -> dict:
+        return {SUGGESTION_FIGURE: suggestion_frequency_figure(metrics, title)}
+
+    # ----------------------------------------------------------------------------- serving
+    def suggest_source(self, model, model_cfg: NamingModelConfig, preprocessor: NamingVocab, source: str | bytes,
+                       path: str, top_k: int) -> list[dict]:
+        """The model's name suggestions for every function of one source file.
+
+        Args:
+            model: a naming model (eval mode is set here); model_cfg: its config.
+            preprocessor: the vocabulary it was trained with.
+            source: the file's text or bytes; path: its name (in error messages).
+            top_k: suggestions per function.
+
+        Returns:
+            One dict per function, in source order: ``qualname``, ``lineno``, ``name`` (the
+            actual one) and ``suggestions``: ``[(name, probability), ...]`` best first, each
+            name written in the function's own style (underscores, case: ``_getHttpServer``
+            for a ``_camelCase`` method).
+
+        Raises:
+            ValueError: the source does not parse (``UnparseableSource``: path and reason).
+        """
+        records = extract_functions(source, path, max_context_size=preprocessor.max_context_size)
+        if not records:
+            return []
+        spec = preprocessor.spec
+        batch = collate_functions([{**record, **preprocessor.encode(record)} for record in records], spec)
+        core = _core(model)
+        core.eval()
+        reader = SuggestionReader(spec)
+        with torch.no_grad():
+            ranked = core.suggest(batch.inputs.to(_device(model)), top_k=top_k)
+        out = []
+        for record, row in zip(records, ranked):
+            style = name_style(record["name"])
+            suggestions = [(join_subtokens(reader.subtokens(ids, model_cfg.type), style), math.exp(log_p))
+                           for ids, log_p in row]
+            out.append({"qualname": record["qualname"], "lineno": record["lineno"], "name": record["name"],
+                        "suggestions": suggestions})
+        return out
+
+
+__all__ = ["NamingTask", "SUGGESTION_FIGURE", "SuggestionReader", "score_suggestions"]
