@@ -30,6 +30,7 @@ Usage (default: ~15 min on a 2-core CPU, 1 torch thread; ``--quick``: a tenth of
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import platform
 import shlex
@@ -65,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"Markdown report (default {RESULTS / 'naming_stdlib.md'}; --quick: {QUICK_DIR / 'naming.md'})")
     parser.add_argument("--figure", type=Path, default=None, help="PNG figure (default: the report's name, .png)")
     parser.add_argument("--quick", action="store_true",
-                        help="every 10th file (at most --max-files 80) and 2 epochs: a ~1 min smoke run")
+                        help="80 files evenly spread over the corpus (or --max-files), at most 2 epochs, written under runs/: "
+                             "a smoke run of under a minute")
     parser.add_argument("--max-files", type=int, default=0,
                         help="keep this many input files, evenly spread over the sorted list (0: all)")
     parser.add_argument("--split-seed", type=int, default=0)
@@ -174,7 +176,8 @@ def train_and_evaluate(task: NamingTask, args, spec, splits: dict[str, list[dict
 
 def neologisms(task: NamingTask, model, spec, rows: list[dict], device: str, examples: int = 10) -> dict:
     """The subtoken model's top-1 suggestions that are no train name, on ``rows``: how many, their
-    mean F1 over subtokens, how many share a subtoken with the true name, and the ``examples``
+    mean F1 over subtokens, how many share a subtoken with the true name, how many repeat a
+    subtoken (``main_main``), and the ``examples``
     most confident ones as ``(qualname, true name, suggestion, p, F1)``."""
     reader, found = SuggestionReader(spec), []
     model.eval()
@@ -191,8 +194,9 @@ def neologisms(task: NamingTask, model, spec, rows: list[dict], device: str, exa
                 f1 = subtoken_scores(top, tuple(truth))[2]
                 found.append((row["qualname"], "_".join(truth), "_".join(top), math.exp(suggestions[0][1]), f1))
     found.sort(key=lambda item: -item[3])
+    repeated = sum(any(a == b for a, b in zip(parts, parts[1:])) for parts in (f[2].split("_") for f in found))
     return {"count": len(found), "mean_f1": sum(f[4] for f in found) / len(found) if found else math.nan,
-            "partly_right": sum(f[4] > 0 for f in found), "examples": found[:examples]}
+            "partly_right": sum(f[4] > 0 for f in found), "repeated": repeated, "examples": found[:examples]}
 
 
 def evaluate_baseline(task: NamingTask, args, spec, splits: dict[str, list[dict]]) -> dict:
@@ -201,7 +205,11 @@ def evaluate_baseline(task: NamingTask, args, spec, splits: dict[str, list[dict]
     baseline = FrequencyBaseline(spec.num_names, spec.num_features)
     baseline.fit(batch.inputs for batch in task.batches(splits["train"], spec, 1024, seed=None))
     test = score_suggestions(baseline, "name", task.batches(splits["test"], spec, 256, seed=None), top_k=5)
-    return {**test, "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+    top_names = collections.Counter(spec.names[ranked[0][0][0]]  # its top-1 suggestions, for the discussion
+                                    for batch in task.batches(splits["test"], spec, 256, seed=None)
+                                    for ranked in baseline.suggest(batch.inputs, top_k=1) if ranked)
+    return {**test, "top_names": top_names.most_common(3),
+            "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
             "best_epoch": 0, "epochs_run": 0, "valid_f1_at_1": math.nan, "neologisms": None}
 
 
@@ -322,8 +330,11 @@ def discussion(results: dict[str, dict], counts: dict) -> list[str]:
                                                                          for t, m in wins) + ".")
     else:
         lines.append("- The frequency baseline wins nowhere: it is below both LBL models on F1@1, exact@1, exact@5 "
-                     "and F1@5 at 100 % and on F1@1 near 20 %. Features are many per function and the summed "
-                     "co-occurrence counts favour names that are frequent overall (`__init__`, `__repr__`).")
+                     "and F1@5 at 100 % and on F1@1 near 20 %.")
+    lines[-1] += (" Summed co-occurrence counts favour the names that are frequent overall (the features most "
+                  "functions share, such as `arg:self`, add the largest counts): its top suggestion is "
+                  + ", ".join(f"`{n}` for {_pct(c / test_functions)} %" for n, c in base["top_names"])
+                  + " of the test functions.")
     correct_sub = round(sub["exact_at_1"] * test_functions)
     unseen = counts["unseen"]["test"]
     neo = sub["neologisms"]
@@ -333,8 +344,10 @@ def discussion(results: dict[str, dict], counts: dict) -> list[str]:
                  f"{correct_sub} exact top-1 hits are neologisms, while {_pct(unseen)} % of the test functions have a "
                  "name no train function has (the whole-name LBL and the baseline can never match those exactly: "
                  f"their ceiling on exact@1 is {_pct(1 - unseen)} %)."
-                 + (f" The neologisms are partly right: mean F1 {_pct(neo['mean_f1'])} %, {neo['partly_right']} of "
-                    f"{neo['count']} share a subtoken with the true name." if neo and neo["count"] else ""))
+                 + (f" The neologisms are at best partly right: mean F1 {_pct(neo['mean_f1'])} %, {neo['partly_right']} of "
+                    f"{neo['count']} share a subtoken with the true name, and {neo['repeated']} repeat a subtoken "
+                    "(`main_main`: the beam keeps a name whose every step is likely, and the history of M previous "
+                    "subtokens does not stop a repeat)." if neo and neo["count"] else ""))
     lines.append(f"- NLL per test function: baseline {base['loss']:.2f}, whole-name LBL {name['loss']:.2f}, subtoken LBL "
                  f"{sub['loss']:.2f} nats. Not one scale: the whole-name models score every unseen name as the one "
                  "class UNK" + (" (every train name is in the vocabulary here, so UNK is never a training "
@@ -418,11 +431,12 @@ def build_report(args: argparse.Namespace, command: str, counts: dict, results: 
         "The paper reports, for its subtoken model on Java methods, F1 ≈ 60 % at 20 % suggestion frequency.",
         "Here the subtoken LBL has "
         f"{_pct(anchor['f1_at_1'])} % F1@1 at {_pct(anchor['suggestion_frequency'])} % suggestion frequency. The",
-        "settings differ: Java, not Python; the paper's figures are per open-source project (trained and",
-        "tested within a project, whose names follow one team's conventions), this corpus is one standard",
-        "library split by file across many modules of different authors, ages and styles; Java method names",
-        "are more conventional (getters, setters) and Java's declared types give features that Python has",
-        "only where annotated; the vocabularies, features, D and training budget are this repository's. The",
+        "settings differ: Java, not Python; the paper's corpus is 20 popular Java projects from GitHub, their",
+        "files split 70 % / 30 % into train and test (names inside one project follow one team's conventions),",
+        "this corpus is one standard library split 70 / 15 / 15 by file across",
+        "many modules of different authors, ages and styles; Java method names are more conventional",
+        "(getters, setters) and Java's declared types give features that Python has only where annotated;",
+        "the features, vocabularies, D and training budget are this repository's. The",
         "same measurement in another setting, not a reproduction of the number.",
         "",
         "## Discussion",
