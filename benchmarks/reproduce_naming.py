@@ -20,7 +20,8 @@ for), the y-axis F1 over subtokens / exact match of the top suggestion where it 
 Markdown report has the exact command, the data counts, the curve, F1@1 and exact@1/5 at 100 %
 and at ~20 % suggestion frequency, neologisms, the NLL and a discussion computed from the figures.
 
-Usage (default: ~15 min on a 2-core CPU, 1 torch thread; ``--quick``: a tenth of the files, ~1 min)::
+Usage (default: ~2 CPU-minutes, 3-5 min wall on a shared 2-core CPU, 1 torch thread; ``--quick``: 80
+files, under a minute)::
 
     python benchmarks/reproduce_naming.py
     python benchmarks/reproduce_naming.py --quick
@@ -346,8 +347,8 @@ def discussion(results: dict[str, dict], counts: dict) -> list[str]:
                  f"their ceiling on exact@1 is {_pct(1 - unseen)} %)."
                  + (f" The neologisms are at best partly right: mean F1 {_pct(neo['mean_f1'])} %, {neo['partly_right']} of "
                     f"{neo['count']} share a subtoken with the true name, and {neo['repeated']} repeat a subtoken "
-                    "(`main_main`: the beam keeps a name whose every step is likely, and the history of M previous "
-                    "subtokens does not stop a repeat)." if neo and neo["count"] else ""))
+                    "(`main_main`; presumably the beam keeps a name whose every step is likely, and the history of M "
+                    "previous subtokens does not stop a repeat)." if neo and neo["count"] else ""))
     lines.append(f"- NLL per test function: baseline {base['loss']:.2f}, whole-name LBL {name['loss']:.2f}, subtoken LBL "
                  f"{sub['loss']:.2f} nats. Not one scale: the whole-name models score every unseen name as the one "
                  "class UNK" + (" (every train name is in the vocabulary here, so UNK is never a training "
