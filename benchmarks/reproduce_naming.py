@@ -332,8 +332,9 @@ def discussion(results: dict[str, dict], counts: dict) -> list[str]:
     else:
         lines.append("- The frequency baseline wins nowhere: it is below both LBL models on F1@1, exact@1, exact@5 "
                      "and F1@5 at 100 % and on F1@1 near 20 %.")
-    lines[-1] += (" Summed co-occurrence counts favour the names that are frequent overall (the features most "
-                  "functions share, such as `arg:self`, add the largest counts): its top suggestion is "
+    lines[-1] += (" It averages each known feature's name distribution (the share c(f, n) / c(f)), and most of a "
+                  "method's features (`arg:self`, `body:self`, ...) are shared by thousands of functions whose most "
+                  "common name is the same, so frequent names still lead: its top suggestion is "
                   + ", ".join(f"`{n}` for {_pct(c / test_functions)} %" for n, c in base["top_names"])
                   + " of the test functions.")
     correct_sub = round(sub["exact_at_1"] * test_functions)

@@ -1,16 +1,20 @@
 """The frequency baseline of method naming: the most common name for a function's features.
 
 Fitted by counting, over the training functions, how often each (feature, name) pair occurs
-(each feature counted once per function) and how often each name occurs. A function's
-candidates are ranked by the summed co-occurrence counts of its features, ties (and names that
-co-occur with none of its features, the back-off) by the name's global count, then by id. The
-probability it reports is the smoothed co-occurrence share
+(each feature counted once per function) and how often each name occurs. Each feature f seen
+in training gives a name distribution, the share c(f, n) / c(f) of its functions named n; a
+function's names are ranked by the mean of those distributions over its known features F
+(``c(f) = Σ_n c(f, n) > 0``), ties (and names that co-occur with none of its features, the
+back-off) by the name's global count, then by id. The probability it reports is that mean
+with the global distribution as one more, smoothing member:
 
-    p(n | F) = (Σ_{f∈F} c(f, n) + p_g(n)) / (Σ_{f∈F} c(f) + 1),    p_g(n) = (c(n) + 1) / Σ_m (c(m) + 1)
+    p(n | F) = (Σ_{f∈F} c(f, n) / c(f) + p_g(n)) / (|F| + 1),    p_g(n) = (c(n) + 1) / Σ_m (c(m) + 1)
 
-(``c(f) = Σ_n c(f, n)``; p_g is add-one smoothed over every name but PAD), a distribution over
-the names that the suggestion-frequency curve can threshold like a model's. Suggestions never
-hold PAD or UNK. :meth:`to_dict` / :meth:`from_dict` save it as JSON.
+(p_g is add-one smoothed over every name but PAD), a distribution over the names that the
+suggestion-frequency curve can threshold like a model's. A share, not a raw count: features
+that nearly every method has (``arg:self``) would otherwise vote for the most frequent name
+(``__init__``) whatever the body says. Suggestions never hold PAD or UNK. :meth:`to_dict` /
+:meth:`from_dict` save it as JSON.
 """
 
 from __future__ import annotations
@@ -71,34 +75,42 @@ class FrequencyBaseline:
                                                    check_invariants=True).coalesce()
         return self._matrix
 
-    def _feature_counts(self, batch: NamingBatch) -> torch.Tensor:
-        """``[B, num_names]`` float64: Σ_{f ∈ F} c(f, n) per function (each feature once)."""
+    def _feature_shares(self, batch: NamingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([B, num_names] Σ_{f ∈ F} c(f, n) / c(f), [B, 1] |F|)`` float64 over each function's
+        known features (each once)."""
+        matrix = self._cooccurrence_matrix()
+        per_feature = torch.sparse.sum(matrix, dim=1).to_dense() if matrix._nnz() else torch.zeros(self.num_features,
+                                                                                                 dtype=torch.float64)
         present = torch.zeros(batch.size, self.num_features, dtype=torch.float64)
         present.scatter_(1, batch.features.cpu(), 1.0)
         present[:, PAD] = 0.0
-        return torch.sparse.mm(self._cooccurrence_matrix().t(), present.t()).t()
+        present[:, per_feature == 0] = 0.0  # unseen in training: no distribution
+        weights = present / per_feature.clamp(min=1.0)  # 1 / c(f) where present
+        return torch.sparse.mm(matrix.t(), weights.t()).t(), present.sum(dim=1, keepdim=True)
 
-    def _probabilities(self, summed: torch.Tensor) -> torch.Tensor:
-        """``[B, num_names]`` p(n | F) (module docstring) from the summed counts."""
+    def _probabilities(self, shares: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+        """``[B, num_names]`` p(n | F) (module docstring)."""
         counts = torch.tensor(self.name_counts, dtype=torch.float64) + 1.0
         counts[PAD] = 0.0
         global_probs = counts / counts.sum()
-        return (summed + global_probs) / (summed.sum(dim=1, keepdim=True) + 1.0)
+        return (shares + global_probs) / (known + 1.0)
 
     def log_prob(self, batch: NamingBatch) -> torch.Tensor:
         """``[B]`` log p(true name | features) (UNK names included; -inf for PAD)."""
-        probs = self._probabilities(self._feature_counts(batch))
+        probs = self._probabilities(*self._feature_shares(batch))
         return probs.gather(1, batch.names.cpu()[:, None]).squeeze(1).log()
 
     def suggest(self, batch: NamingBatch, top_k: int = 5) -> list[list[tuple[tuple[int, ...], float]]]:
         """Per function the ``top_k`` best names as ``((name_id,), log p)``, ranked as the module
         docstring says; never PAD or UNK."""
-        summed = self._feature_counts(batch)  # [B, V], whole numbers
-        total = sum(self.name_counts) + 1
-        key = summed.long() * total + torch.tensor(self.name_counts, dtype=torch.long)  # co-occurrence, then global count
-        key[:, [PAD, UNK]] = -1
-        order = torch.sort(key, dim=1, descending=True, stable=True).indices[:, : min(top_k, self.num_names - 2)]
-        log_probs = self._probabilities(summed).log().gather(1, order)
+        shares, known = self._feature_shares(batch)  # [B, V], [B, 1]
+        by_count = torch.tensor(self.name_counts, dtype=torch.float64).expand_as(shares)
+        order = torch.sort(by_count, dim=1, descending=True, stable=True).indices  # count, then id
+        key = shares.gather(1, order)
+        key[torch.isin(order, torch.tensor([PAD, UNK]))] = -1.0
+        order = order.gather(1, torch.sort(key, dim=1, descending=True, stable=True).indices)
+        order = order[:, : min(top_k, self.num_names - 2)]
+        log_probs = self._probabilities(shares, known).log().gather(1, order)
         return [[((n,), p) for n, p in zip(names, probs)] for names, probs in zip(order.tolist(), log_probs.tolist())]
 
     def to_dict(self) -> dict:
