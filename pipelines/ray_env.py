@@ -9,15 +9,111 @@ A local Ray started here also claims the address file ``<tmp>/ray/ray_current_cl
 that file: Ray Train's ``PlacementGroupCleaner`` (it asks the State API whether a trial's
 controller is still alive) fails when the file names a cluster that is gone, and then the
 placement groups of every ended Tune trial leak until the next trial cannot be scheduled.
+
+A driver killed with SIGKILL takes its local Ray's head processes with it (Ray binds them to
+the driver), but two of the raylet's children do not die: the dashboard agent and the runtime
+env agent see the raylet gone and then wait forever on the dead GCS (ray 2.60). So a local Ray
+started here is marked as dynlm's (``dynlm_driver.json`` in its session folder: the driver's
+pid and start time), and every later start of a local Ray first reaps the processes still
+holding files in the session folder of a marked Ray whose driver is gone
+(:func:`reap_orphaned_local_rays`). Linux only (``/proc``); elsewhere nothing is reaped.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import signal
 import socket
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+
+DRIVER_FILE = "dynlm_driver.json"  # in a local Ray's session folder: the dynlm driver that started it
+_SESSION_DIR = re.compile(r"^(.*/session_[0-9_-]+)(/|$)")  # <temp dir>/ray/session_<date>_<time>_<n>_<pid>
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot; tells a reused pid apart), or
+    None when no such process exists or ``/proc`` is unavailable."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, tuple[str, list[str]]]:
+    """Every process this user may inspect: pid -> (command line, paths of its open files)."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            paths = []
+            for fd in (entry / "fd").iterdir():
+                try:
+                    paths.append(os.readlink(fd))
+                except OSError:
+                    pass
+        except OSError:  # gone meanwhile, or another user's process
+            continue
+        found[int(entry.name)] = (command, paths)
+    return found
+
+
+def processes_using(folder: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes, other than this one, whose command line names
+    ``folder`` or that hold a file open under it (Ray's processes hold their session's logs)."""
+    return sorted((pid, command) for pid, (command, paths) in _processes().items()
+                  if pid != os.getpid() and (folder in command or any(p.startswith(folder) for p in paths)))
+
+
+def record_driver(session_dir: str) -> None:
+    """Mark the local Ray of ``session_dir`` as started by this process (see the module doc)."""
+    try:
+        Path(session_dir, DRIVER_FILE).write_text(json.dumps({"pid": os.getpid(), "start_time": _start_time(os.getpid())}))
+    except OSError as exc:
+        logger.warning("could not mark the Ray session %s as dynlm's: %s", session_dir, exc)
+
+
+def _driver_gone(session_dir: str) -> bool:
+    """True when ``session_dir`` is marked as dynlm's and the process that started it is gone."""
+    try:
+        driver = json.loads(Path(session_dir, DRIVER_FILE).read_text())
+    except (OSError, ValueError):
+        return False  # not started by dynlm (or not readable): never ours to reap
+    return _start_time(driver["pid"]) != driver["start_time"]
+
+
+def reap_orphaned_local_rays() -> int:
+    """SIGKILL what is left of dynlm-started local Rays whose driver died; return how many.
+
+    A process belongs to a Ray session when it holds a file open in its session folder (the
+    agents' log files); the session is reaped only when its ``dynlm_driver.json`` names a
+    driver that no longer runs, so a Ray of a live driver, a ``ray start`` cluster or another
+    tool's Ray is never touched.
+    """
+    by_session: dict[str, set[int]] = {}
+    for pid, (_, paths) in _processes().items():
+        for path in paths:
+            match = _SESSION_DIR.match(path)
+            if match and pid != os.getpid():
+                by_session.setdefault(match.group(1), set()).add(pid)
+    reaped = 0
+    for session_dir, pids in sorted(by_session.items()):
+        if not _driver_gone(session_dir):
+            continue
+        for pid in sorted(pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                reaped += 1
+            except OSError:
+                pass
+        print(f"[ray] stopped {len(pids)} process(es) left by the local Ray of a killed dynlm ({session_dir})",
+              flush=True)
+    return reaped
 
 
 def _cluster_address_file_exists() -> bool:
@@ -114,6 +210,10 @@ def init_ray(**local_init_kwargs) -> str:
             return "cluster"
         except ConnectionError as exc:  # a stale address file from a stopped `ray start`
             logger.warning("no Ray cluster at the recorded address (%s); starting a local Ray", exc)
+    reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
     ray.init(address="local", **{**output, **local_init_kwargs})  # never the recorded (stale) cluster
+    import ray._private.worker as ray_worker  # the session folder is only exposed on the node object
+
+    record_driver(ray_worker._global_node.get_session_dir_path())
     claim_address_file()
     return "local"

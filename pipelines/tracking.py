@@ -527,3 +527,53 @@ def load_model(uri: str, *, tracking_uri: str | None = None):
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
         return serving.load_model_dir(local)
+
+
+class TrainedButNotTracked(TrackingServerUnreachable):
+    """The training finished (its checkpoints are Ray's) but the tracking server did not answer
+    when its MLflow run was to be closed: nothing is lost, ``--resume`` logs and registers it."""
+
+
+def server_down_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` means the tracking server does not answer (one line), or None when it is
+    another error (a bad request, a missing run: those are not retried)."""
+    if isinstance(exc, TrackingServerUnreachable):
+        return str(exc)
+    if isinstance(exc, OSError):  # requests' ConnectionError and Timeout are OSErrors
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MlflowException) and ("Max retries exceeded" in str(exc) or "Connection" in str(exc)):
+        return str(exc).splitlines()[0][:300]
+    return None
+
+
+def try_log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,
+                          tracking_uri: str | None = None) -> str | None:
+    """:func:`log_epoch_metrics`, unless the tracking server does not answer.
+
+    A server that is down must not stop the training: its check costs
+    :func:`tracking_timeout_s` seconds (not MLflow's minutes of retries), the epoch's metrics
+    stay in the checkpoint's history, and :func:`log_missing_epochs` logs them at the end of
+    the run (or on ``--resume``).
+
+    Returns:
+        None when logged, else the one-line reason the server was not reached.
+    """
+    try:
+        check_reachable(tracking_uri)
+        log_epoch_metrics(run_id, epoch, metrics, tracking_uri=tracking_uri)
+    except Exception as exc:
+        reason = server_down_reason(exc)
+        if reason is None:
+            raise
+        return reason
+    return None
+
+
+def log_missing_epochs(run_id: str, history: list[dict[str, Any]], *, tracking_uri: str | None = None) -> list[int]:
+    """Log the epochs of ``history`` the run does not hold yet (those logged while the server
+    was down); return their numbers. An epoch counts as logged when its ``valid_objective`` is."""
+    logged = {m.step for m in _client(tracking_uri).get_metric_history(run_id, "valid_objective")}
+    missing = [record for record in history if record["epoch"] not in logged]
+    for record in missing:
+        log_epoch_metrics(run_id, record["epoch"], record, tracking_uri=tracking_uri)
+    return [record["epoch"] for record in missing]

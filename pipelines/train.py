@@ -181,14 +181,23 @@ def _restore(core, optimizer, schedule, job: JobConfig, spec) -> FitState:
 
 
 def _report_epoch(record: dict, state: FitState, *, rank: int, core, optimizer, schedule, job: JobConfig,
-                  prepared: PreparedData, settings: WorkerSettings) -> None:
-    """Rank 0 logs the epoch to MLflow and writes the checkpoint; every rank reports to Ray."""
+                  prepared: PreparedData, settings: WorkerSettings, note) -> None:
+    """Rank 0 logs the epoch to MLflow and writes the checkpoint; every rank reports to Ray.
+
+    A tracking server that does not answer does not stop the training: the epoch's metrics stay
+    in the checkpoint's history, and the driver logs them when the run ends (or on ``--resume``);
+    ``note`` prints one line saying so.
+    """
     import ray.train
 
     if rank == 0 and settings.mlflow_run_id:
         from pipelines import tracking
 
-        tracking.log_epoch_metrics(settings.mlflow_run_id, record["epoch"], record, tracking_uri=settings.tracking_uri)
+        down = tracking.try_log_epoch_metrics(settings.mlflow_run_id, record["epoch"], record,
+                                              tracking_uri=settings.tracking_uri)
+        if down:
+            note(f"[train] epoch {record['epoch']}: its metrics are not in MLflow yet ({down}); the checkpoint "
+                 "keeps them, and they are logged when the run ends or on --resume")
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = None
         if rank == 0:
@@ -254,7 +263,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
                           "workers drops the remainder)")
         progress.end_epoch(record)
         _report_epoch(record, state, rank=rank, core=core, optimizer=optimizer, schedule=schedule, job=job,
-                      prepared=prepared, settings=settings)
+                      prepared=prepared, settings=settings, note=progress.note)
 
     def after_step(epoch: int, totals: dict) -> None:
         maybe_inject_fault(job.run, settings.run_dir, epoch, rank)
@@ -403,11 +412,51 @@ def check_workers_fit(run: RunSettings) -> None:
 
 def _mark_ended_early(run_id: str, uri: str, exc: BaseException) -> None:
     """Close the MLflow run of a training that did not finish: KILLED on Ctrl-C, else FAILED,
-    with the error as the tag ``dynlm.error``."""
+    with the error as the tag ``dynlm.error``. A tracking server that does not answer leaves
+    the run RUNNING (``--resume`` closes it); the training's own error is what is raised."""
     from pipelines import tracking
 
-    tracking.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED",
-                     tags={"dynlm.error": f"{type(exc).__name__}: {exc}"[:5000]}, tracking_uri=uri)
+    try:
+        tracking.check_reachable(uri)
+        tracking.end_run(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED",
+                         tags={"dynlm.error": f"{type(exc).__name__}: {exc}"[:5000]}, tracking_uri=uri)
+    except Exception as tracking_exc:
+        if tracking.server_down_reason(tracking_exc) is None:
+            raise
+
+
+def _close_run(job: JobConfig, name: str, run_dir: str, run_id: str, uri: str, best, history: list[dict],
+               prepared: PreparedData, best_dir) -> str | None:
+    """Log the epochs the workers could not log, close the MLflow run, maybe register; return
+    the registered version.
+
+    Raises:
+        TrainedButNotTracked: the tracking server does not answer. The checkpoints are Ray's, so
+            nothing is lost: the one-line message names the command that finishes the job.
+    """
+    from pipelines import tracking
+
+    try:
+        tracking.check_reachable(uri)  # seconds; MLflow's own client retries for minutes
+        late = tracking.log_missing_epochs(run_id, history, tracking_uri=uri)
+        if late:
+            print(f"[train] logged epochs {late} to MLflow now (the server did not answer then)", flush=True)
+        tracking.finish_training_run(run_id, best_dir, prepared, history, tracking_uri=uri)
+        if not job.run.register:
+            return None
+        registration = tracking.register_and_promote(run_id, best[1]["valid_objective"], metric=best[1]["objective_metric"],
+                                                     margin=job.run.promotion_margin, tracking_uri=uri)
+    except Exception as exc:
+        reason = tracking.server_down_reason(exc)
+        if reason is None:
+            raise
+        raise tracking.TrainedButNotTracked(
+            f"run {name!r} trained {len(history)} epochs (checkpoints in {run_dir}) but the MLflow server {uri} "
+            f"does not answer ({reason}), so its MLflow run is not closed and its model not registered; "
+            f"when the server answers, run the same command with --set run.name={name} --resume "
+            "(it trains nothing more: it logs and registers)") from exc
+    print(f"[train] registered {registration.name} v{registration.version}: {registration.reason}")
+    return registration.version
 
 
 def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str | None = None,
@@ -474,13 +523,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     best_dir = best[0].path  # local storage: a folder; remote storage: download it first
     if storage.is_uri(best_dir):
         best_dir = best[0].to_directory()
-    tracking.finish_training_run(run_id, best_dir, prepared, history, tracking_uri=uri)
-    version = None
-    if job.run.register:
-        registration = tracking.register_and_promote(run_id, best[1]["valid_objective"], metric=best[1]["objective_metric"],
-                                                     margin=job.run.promotion_margin, tracking_uri=uri)
-        version = registration.version
-        print(f"[train] registered {registration.name} v{registration.version}: {registration.reason}")
+    version = _close_run(job, name, run_dir, run_id, uri, best, history, prepared, best_dir)
     return TrainingResult(run_id=run_id, best_checkpoint_dir=str(best_dir), best_valid_objective=best[1]["valid_objective"],
                           metrics=dict(best[1]), epochs=len(history), model_version=version, history=history,
                           run_path=result.path, param_checksums=output.get("param_checksums", []))

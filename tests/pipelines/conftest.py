@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server_process import BIN_DIR, free_port, running_server, server_env
+from server_process import free_port, mlflow_server_argv, running_server, server_env
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +20,6 @@ def mlflow_server(tmp_path_factory):
     uri = f"http://127.0.0.1:{free_port()}"
     env = server_env()
     env.pop("MLFLOW_TRACKING_URI", None)
-    argv = [str(BIN_DIR / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
-            "--serve-artifacts", "--artifacts-destination", str(artifacts),
-            "--host", "127.0.0.1", "--port", uri.rsplit(":", 1)[1], "--workers", "1"]
-    with running_server(argv, f"{uri}/health", tmp / "server.log", env):
+    with running_server(mlflow_server_argv(tmp, uri), f"{uri}/health", tmp / "server.log", env):
         yield uri, artifacts
 

@@ -31,6 +31,15 @@ def server_env(**variables: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}", **variables}
 
 
+def mlflow_server_argv(folder: Path, uri: str) -> list[str]:
+    """``mlflow server`` at ``uri`` (``http://127.0.0.1:PORT``): SQLite backend
+    ``folder/mlflow.db``, artifacts served by the server from ``folder/artifacts``. The same
+    ``folder`` and ``uri`` start the same server again (same runs, same registry)."""
+    return [str(BIN_DIR / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+            "--serve-artifacts", "--artifacts-destination", str(folder / "artifacts"),
+            "--host", "127.0.0.1", "--port", uri.rsplit(":", 1)[1], "--workers", "1"]
+
+
 @contextmanager
 def running_server(argv: list[str], ready_url: str, log_path: Path, env: dict[str, str]) -> Iterator[None]:
     """Run ``argv`` (its own process group, output in ``log_path``) until ``ready_url`` answers 200;

@@ -1,13 +1,19 @@
 """dynlm against a real MLflow tracking server (``mlflow server`` on a free local port, SQLite
 backend, artifacts served by the server): train with 2 Ray Train workers, register and promote,
-then evaluate the champion by its alias, everything through http://127.0.0.1:PORT."""
+then evaluate the champion by its alias, everything through http://127.0.0.1:PORT; and a
+server stopped in the middle of a training, then started again."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from mlflow import MlflowClient
 
+from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
+from server_process import free_port, mlflow_server_argv, running_server, server_env
+from train_process import committed, output_of, ray_tmp, start_train, stop_and_remove, wait_until
 
 TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
         "data.vocab_size=300", "data.bpe_merges=30", "run.cpus_per_worker=0.4", "run.num_workers=2"]
@@ -41,3 +47,41 @@ def test_train_register_evaluate_through_a_server(ray_session, mlflow_server, tm
                  "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     assert "models:/dynlm-dntm@champion" in out and "all tokens" in out
+
+
+@pytest.mark.slow
+def test_server_stopped_mid_training_loses_nothing(tmp_path):
+    """The server stops after epoch 1 is logged and checkpointed: the training goes on to the end
+    (checkpoints are Ray's), then ends with one line naming the run and the command to finish
+    it; with the server back, that command logs the missing epoch and registers the model."""
+    write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
+    uri, server_dir = f"http://127.0.0.1:{free_port()}", tmp_path / "server"
+    server_dir.mkdir()
+    run_dir = tmp_path / "ray" / "gone"
+    env = server_env()
+    env.pop("MLFLOW_TRACKING_URI", None)
+    first, second = ray_tmp("gone"), ray_tmp("back")
+    try:
+        with running_server(mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log", env):
+            process = start_train(tmp_path, "gone", first, tracking_uri=uri)
+            wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
+        text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
+        assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
+        assert "Traceback" not in text
+        error = text.strip().splitlines()[-1]
+        assert error.startswith("dynlm: error: run 'gone' trained 2 epochs") and uri in error, error
+        assert "--set run.name=gone --resume" in error, error
+
+        with running_server(mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log", env):
+            text = output_of(start_train(tmp_path, "gone", second, "--resume", tracking_uri=uri))
+            assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
+            client = MlflowClient(uri, registry_uri=uri)
+            run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
+            assert client.get_model_version_by_alias("dynlm-dntm", "champion").run_id == run_id
+            run = client.get_run(run_id)
+            assert run.info.status == "FINISHED"
+            assert [m.step for m in client.get_metric_history(run_id, "valid_ppl")] == [1, 2]  # epoch 2: late
+            assert run.data.metrics["epochs_completed"] == 2
+    finally:
+        stop_and_remove(first)
+        stop_and_remove(second)

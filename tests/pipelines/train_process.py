@@ -1,0 +1,80 @@
+"""Run ``dynlm train`` as a subprocess with its own local Ray (for the tests that kill or cut
+off a real training: the driver must be a process of its own)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipelines.ray_env import processes_using
+from pipelines.train import RAY_SNAPSHOT_FILE
+
+TINY = ["train.epochs=2", "train.batch_size=4", "train.early_stopping_patience=0", "model.embed_dim=16",
+        "model.hidden_dim=16", "data.vocab_size=300", "data.bpe_merges=30", "data.num_encode_actors=1",
+        "run.cpus_per_worker=0.4", "run.num_workers=2"]
+RUN_TIMEOUT_S = 420
+
+
+def ray_tmp(name: str) -> Path:
+    """A short RAY_TMPDIR of its own (Ray's socket paths must stay under 107 characters)."""
+    folder = Path(tempfile.gettempdir()) / f"ray-train-{os.getpid()}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def stop_and_remove(folder: Path) -> None:
+    """SIGKILL every process still using the RAY_TMPDIR ``folder``, then remove it."""
+    for pid, _ in processes_using(str(folder)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_train(tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str) -> subprocess.Popen:
+    """``dynlm train`` of the :data:`TINY` job on ``tmp/synth`` (prepared under ``tmp/prepared``,
+    Ray storage ``tmp/ray``) as run ``run_name``, tracked at ``tracking_uri``; output piped."""
+    env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
+    for variable in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+        env.pop(variable, None)
+    if not tracking_uri.startswith("sqlite:"):
+        env.pop("DYNLM_MLFLOW_ARTIFACTS")  # a server keeps its own artifacts
+    args = [sys.executable, "-m", "pipelines.cli", "train", "--tracking-uri", tracking_uri, *extra]
+    for item in [*TINY, f"data.inputs=[{tmp / 'synth'}]", f"data.output_root={tmp / 'prepared'}",
+                 f"run.storage_path={tmp / 'ray'}", f"run.name={run_name}"]:
+        args += ["--set", item]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def output_of(process: subprocess.Popen, expected_returncode: int = 0) -> str:
+    """Wait for ``process``; its output (stdout and stderr), after checking its exit status."""
+    output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+    text = output.decode()
+    assert process.returncode == expected_returncode, text[-4000:]
+    return text
+
+
+def committed(run_dir: Path, checkpoint: str) -> bool:
+    """True once Ray Train's run state names ``checkpoint`` (e.g. ``epoch_0001``) as committed."""
+    try:
+        return checkpoint in (run_dir / RAY_SNAPSHOT_FILE).read_text()
+    except OSError:
+        return False
+
+
+def wait_until(process: subprocess.Popen, reached, what: str) -> None:
+    """Poll ``reached()`` every 50 ms until it is true; fail when ``process`` ends first or after
+    :data:`RUN_TIMEOUT_S`."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not reached():
+        assert process.poll() is None, (f"the run ended before {what}", process.stdout.read().decode()[-4000:])
+        assert time.monotonic() < deadline, f"not reached in {RUN_TIMEOUT_S} s: {what}"
+        time.sleep(0.05)
