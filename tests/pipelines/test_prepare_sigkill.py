@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dynlm.data.prepared import is_prepared
+from dynlm.data.publish import UPLOAD_PAUSE_ENV
 from dynlm.data.synth import SynthConfig, write_conll
 
 KILL_POINTS = {
@@ -34,9 +35,9 @@ def _ray_tmp(name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"ray-sigkill-{os.getpid()}-{name}"
 
 
-def _prepare(corpus: Path, root: Path | str, ray_tmp: Path) -> subprocess.Popen:
+def _prepare(corpus: Path, root: Path | str, ray_tmp: Path, upload_pause_s: float = 0.0) -> subprocess.Popen:
     ray_tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), UPLOAD_PAUSE_ENV: str(upload_pause_s)}
     env.pop("RAY_ADDRESS", None)
     return subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "prepare", "--input", str(corpus), "--output-root", str(root),
@@ -108,7 +109,7 @@ def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_b
         return [o["Key"] for o in listed if not o["Key"].endswith("/")]
 
     ray_tmp = _ray_tmp("s3")
-    process = _prepare(corpus, s3_bucket, ray_tmp)
+    process = _prepare(corpus, s3_bucket, ray_tmp, upload_pause_s=30.0)  # the kill comes within the pause
     _kill_when(process, lambda: bool(keys()), "uploading")  # a first file is in the store
     _stop_group(process, ray_tmp)
     uploaded = keys()
