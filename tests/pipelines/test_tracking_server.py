@@ -85,3 +85,47 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path):
     finally:
         stop_and_remove(first)
         stop_and_remove(second)
+
+
+@pytest.mark.slow
+def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):
+    """The README's quickstart search (2 trials, 1 epoch) and then a scheduled retraining of its
+    registered champion, both against http://127.0.0.1:PORT: the parent and child runs, the
+    registered versions and the retrain's decision are all read back through the server."""
+    from pathlib import Path
+
+    import yaml
+
+    uri, _ = mlflow_server
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DYNLM_MLFLOW_ARTIFACTS", raising=False)
+    quickstart = str(Path(__file__).resolve().parents[2] / "tune_spaces" / "quickstart.yaml")
+    assert main(["tune", "--space", quickstart, "--set", "train.epochs=1", "--set", "tune.num_samples=1",
+                 "--name", "served", "--tracking-uri", uri]) == 0
+    client = MlflowClient(uri, registry_uri=uri)
+    experiment = client.get_experiment_by_name("dynlm").experiment_id
+    (parent,) = client.search_runs([experiment], filter_string="tags.`dynlm.kind` = 'tune' and tags.mlflow.runName = 'served'")
+    children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    assert "FINISHED" in {c.info.status for c in children} and parent.data.tags["best_run_id"] in {
+        c.info.run_id for c in children}
+    before = client.get_model_version_by_alias("dynlm-dntm", "champion")
+    assert before.tags["objective_metric"] == "ppl"
+
+    write_conll(SynthConfig(num_documents=24, docs_per_file=12, seed=7), tmp_path / "new")
+    write_conll(SynthConfig(num_documents=8, docs_per_file=8, seed=8), tmp_path / "validation")
+    (tmp_path / "retrain.yaml").write_text(yaml.safe_dump({
+        "data": {"inputs": [str(tmp_path / "new")], "output_root": str(tmp_path / "retrain-prepared"),
+                 "num_encode_actors": 1},
+        "validation": str(tmp_path / "validation"), "tracking_uri": uri,
+        "job_overrides": ["train.epochs=1", f"run.storage_path={tmp_path / 'retrain-ray'}"]}))
+    capsys.readouterr()
+    assert main(["retrain", "--config", "retrain.yaml"]) == 0
+    retrain_runs = client.search_runs([client.get_experiment_by_name("dynlm-retrain").experiment_id])
+    (run,) = retrain_runs
+    assert run.info.status == "FINISHED" and run.data.tags["decision"] in {"promoted", "rejected"}
+    challenger = client.get_model_version("dynlm-dntm", run.data.tags["challenger_version"])
+    assert challenger.tags["retrain_run_id"] == run.info.run_id and int(challenger.version) > int(before.version)
+    after = client.get_model_version_by_alias("dynlm-dntm", "champion").version
+    assert after == (challenger.version if run.data.tags["decision"] == "promoted" else before.version)
