@@ -23,6 +23,12 @@ from dynlm.data.prepared import is_prepared
 from dynlm.data.publish import UPLOAD_PAUSE_ENV
 from dynlm.data.synth import SynthConfig, write_conll
 
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DYNLM_SIGKILL_TESTS") != "1",
+    reason="SIGKILL-at-a-moment tests race the process they kill: in the full suite on 2 cores they "
+           "missed their kill point (2026-12-02); run them with DYNLM_SIGKILL_TESTS=1 until the kill "
+           "points are fault-injection hooks instead of polling")
+
 KILL_POINTS = {
     "building (read, parse)": lambda root: any(root.glob(".tmp-*")),
     "writing shards (encode)": lambda root: any(root.glob(".tmp-*/**/*.parquet")),
