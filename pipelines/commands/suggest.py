@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 EPILOG = """\
 examples:
@@ -34,14 +35,6 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per function")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     parser.set_defaults(func=run)
-
-
-def read_source(path: str) -> str:
-    """The text of a Python file, decoded as Python does (PEP 263 coding cookie, else UTF-8)."""
-    import importlib.util
-    from pathlib import Path
-
-    return importlib.util.decode_source(Path(path).read_bytes())
 
 
 def format_suggestions(path: str, functions: list[dict]) -> str:
@@ -69,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            functions = task.suggest_source(model, model_cfg, preprocessor, read_source(path), path=path,
-                                            top_k=args.top_k)
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+            functions = task.suggest_source(model, model_cfg, preprocessor, Path(path).read_bytes(), path=path,
+                                            top_k=args.top_k)  # bytes: decoded as Python does (coding cookie)
+        except (OSError, ValueError) as exc:  # unreadable, or does not parse (UnparseableSource)
             print(f"dynlm suggest-name: {path}: {exc}", file=sys.stderr)
             failed += 1
             continue
