@@ -85,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; a user error (:func:`is_user_error`) becomes one line and exit status 2."""
+    from dynlm import faults
     from pipelines.console import configure_output
 
+    faults.arm()  # DYNLM_KILL_AT (the kill -9 tests): before Ray starts, so its processes inherit it
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_output(args.verbose)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dynlm import faults
 from dynlm.data import prepared_writer as writer
 from dynlm.data.prepared import PreparedData
 from dynlm.data.publish import PreparedDataMissing, QuarantineError, prepare_folder
@@ -43,6 +44,14 @@ def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
             batch_format="pyarrow", batch_size=None):
         counts.update(zip(batch["word"].to_pylist(), batch["sum(count)"].to_pylist()))
     return counts
+
+
+def _kill_after_first(batches):
+    """``batches``, with the ``prepare:encoding`` kill point after the first (:mod:`dynlm.faults`)."""
+    for index, batch in enumerate(batches):
+        yield batch
+        if index == 0:
+            faults.kill_point("prepare:encoding")
 
 
 def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
@@ -71,6 +80,7 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
     if preprocessor is None:
         writer.check_train_split(meta, cfg, rule)  # before any fitting: a one-line error
     lap("read_parse")
+    faults.kill_point("prepare:parsed")
     source = "given"
     if preprocessor is None:
         preprocessor, source = task.fit_preprocessor(_train_counts(task, parsed, ray), cfg), "fit on the train split"
@@ -78,7 +88,8 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
     encoded = parsed.map_batches(
         task.encoder, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
         compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None)
-    splits = writer.by_split(encoded.iter_batches(batch_format="pyarrow", batch_size=None), task.encoded_schema)
+    splits = writer.by_split(_kill_after_first(encoded.iter_batches(batch_format="pyarrow", batch_size=None)),
+                             task.encoded_schema)
     lap("encode")
     manifest = writer.write_folder(out, task, cfg, meta, splits, preprocessor, rule=rule, preprocessor_source=source)
     lap("write")

@@ -44,7 +44,7 @@ from typing import Any, Iterator
 import torch
 
 from dynlm import checkpoint as dynlm_checkpoint
-from dynlm import storage
+from dynlm import faults, storage
 from dynlm.config import Config
 from dynlm.data.batching import per_worker_batch_size
 from dynlm.data.prepared import PreparedData
@@ -131,6 +131,28 @@ def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) ->
         return
     storage.write_text(marker, f"injected at {time.time()}\n")
     raise InjectedFault(f"fault injection: rank {rank} fails in epoch {epoch} (run.fail_at_epoch)")
+
+
+def _names_checkpoint(snapshot: str, name: str) -> bool:
+    try:
+        return name in storage.read_text(snapshot)
+    except OSError:  # not written yet (or being replaced)
+        return False
+
+
+def kill_after_commit(run_dir: str, epoch: int, timeout_s: float = 300.0) -> None:
+    """The ``train:checkpoint_committed`` kill point (:mod:`dynlm.faults`): once Ray Train's run
+    state names ``epoch``'s checkpoint (the controller commits it asynchronously, so wait for it),
+    SIGKILL the driver. A no-op unless armed."""
+    if not faults.is_armed("train:checkpoint_committed"):
+        return
+    snapshot, name = storage.join(run_dir, RAY_SNAPSHOT_FILE), f"epoch_{epoch:04d}"
+    deadline = time.monotonic() + timeout_s
+    while not _names_checkpoint(snapshot, name):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fault injection: {name} was not committed within {timeout_s:.0f} s")
+        time.sleep(0.05)
+    faults.kill_point("train:checkpoint_committed")
 
 
 def load_initial_weights(model: torch.nn.Module, job: JobConfig, spec, source: str) -> None:
@@ -267,6 +289,8 @@ def train_fn_per_worker(config: dict) -> dict | None:
 
     def after_step(epoch: int, totals: dict) -> None:
         maybe_inject_fault(job.run, settings.run_dir, epoch, rank)
+        if rank == 0 and epoch > first_epoch:
+            kill_after_commit(settings.run_dir, epoch - 1)
         progress.step(totals)
 
     progress = EpochProgress(settings.progress_relay if rank == 0 else None, world)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynlm import storage
+from dynlm import faults, storage
 from dynlm.data.config import CORPUS_FIELDS
 from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
 from dynlm.search.report import results_csv, results_figure
@@ -150,6 +150,7 @@ def train_driver_fn(config: dict, context: dict) -> None:
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
                  run_tags={TAG_TRIAL_ID: trial_id})
+    faults.kill_point("tune:trial_finished")  # the kill -9 test of the search driver
 
 
 def _derive_in_trial(cfg, context: dict):

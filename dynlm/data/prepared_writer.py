@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dynlm import storage
+from dynlm import faults, storage
 from dynlm.data.schema import QUARANTINE_SCHEMA
 from dynlm.data.split import check_split_rule
 from dynlm.tasks import task_ref
@@ -121,6 +121,7 @@ def write_shards(table: pa.Table, folder: Path, schema: pa.Schema, rows_per_shar
         pq.write_table(part, folder / name, row_group_size=ROW_GROUP_SIZE, compression="zstd",
                        use_dictionary=False, write_statistics=True)
         names.append(f"{folder.name}/{name}")
+        faults.kill_point("prepare:writing")
     return names
 
 

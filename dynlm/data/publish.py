@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dynlm import storage
+from dynlm import faults, storage
 from dynlm.data.config import CORPUS_FIELDS
 from dynlm.data.prepared import MANIFEST, PreparedData, is_prepared
 from dynlm.data.prepared_writer import PREPROCESSOR_FILE, format_summary
@@ -40,9 +40,6 @@ from dynlm.data.prepared_writer import PREPROCESSOR_FILE, format_summary
 Share = Callable[[PreparedData, str], None]
 # build(out) -> manifest: run the task's stages and write_folder into the empty local folder out.
 Build = Callable[[Path], dict]
-# Seconds to wait after each file uploaded to an object store (manifest.json excepted; default 0):
-# a fault-injection setting, so that a test can kill a prepare while it uploads, deterministically.
-UPLOAD_PAUSE_ENV = "DYNLM_UPLOAD_PAUSE_S"
 
 
 class QuarantineError(RuntimeError):
@@ -171,12 +168,11 @@ def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None
         manifest = make(out, share)
         _write_manifest(out, manifest)
         files = sorted((p for p in out.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, p))
-        pause = float(os.environ.get(UPLOAD_PAUSE_ENV, "0") or 0)
         for local in files:  # manifest.json last: it marks the folder complete
             storage.write_bytes(f"{path}/{local.relative_to(out).as_posix()}", local.read_bytes(),
                                 filesystem=filesystem)
-            if pause > 0 and local.name != MANIFEST:
-                time.sleep(pause)
+            if local.name != MANIFEST:
+                faults.kill_point("prepare:uploading")
     return manifest
 
 

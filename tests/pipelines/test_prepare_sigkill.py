@@ -1,9 +1,10 @@
 """``dynlm prepare`` killed with SIGKILL while it builds: no folder a later run would reuse, and
 the next run completes (and removes the killed build's temporary folder).
 
-The kill points are seen from outside, on the file system: the build's temporary folder
-appears (the Ray Data job is reading and parsing), then its first Parquet shard (encoding and
-writing). Each killed run is a real ``dynlm prepare`` subprocess with its own local Ray.
+Each kill is a real ``dynlm prepare`` subprocess with its own local Ray, started with
+``DYNLM_KILL_AT=<point>`` (:mod:`dynlm.faults`): the driver SIGKILLs itself at that point of its
+own code, so the moment is exact however loaded the machine is (polling the file system from
+outside raced the run and missed its moment on 2 busy cores).
 """
 
 from __future__ import annotations
@@ -14,25 +15,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from dynlm.data.prepared import is_prepared
-from dynlm.data.publish import UPLOAD_PAUSE_ENV
 from dynlm.data.synth import SynthConfig, write_conll
+from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DYNLM_SIGKILL_TESTS") != "1",
-    reason="SIGKILL-at-a-moment tests race the process they kill: in the full suite on 2 cores they "
-           "missed their kill point (2026-12-02); run them with DYNLM_SIGKILL_TESTS=1 until the kill "
-           "points are fault-injection hooks instead of polling")
-
-KILL_POINTS = {
-    "building (read, parse)": lambda root: any(root.glob(".tmp-*")),
-    "writing shards (encode)": lambda root: any(root.glob(".tmp-*/**/*.parquet")),
-}
+LOCAL_KILL_POINTS = ("prepare:parsed", "prepare:encoding", "prepare:writing")
 RUN_TIMEOUT_S = 300
 
 
@@ -41,35 +32,35 @@ def _ray_tmp(name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"ray-sigkill-{os.getpid()}-{name}"
 
 
-def _prepare(corpus: Path, root: Path | str, ray_tmp: Path, upload_pause_s: float = 0.0) -> subprocess.Popen:
+def _prepare(corpus: Path, root: Path | str, name: str, kill_at: str | None = None) -> tuple[int, str]:
+    """Run ``dynlm prepare`` to its end (or its SIGKILL); its exit status and output. Whatever is
+    left of its session (its local Ray's processes) is SIGKILLed and its Ray folder removed."""
+    ray_tmp = _ray_tmp(name)
     ray_tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), UPLOAD_PAUSE_ENV: str(upload_pause_s)}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen(
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+    for variable in ("RAY_ADDRESS", KILL_AT_ENV, KILL_PID_ENV):
+        env.pop(variable, None)
+    if kill_at:
+        env[KILL_AT_ENV] = kill_at
+    process = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "prepare", "--input", str(corpus), "--output-root", str(root),
          "--set", "vocab_size=300", "--set", "bpe_merges=30", "--set", "num_encode_actors=1", "--no-progress"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop_group(process: subprocess.Popen, ray_tmp: Path) -> None:
-    """SIGKILL what is left of the driver's session (its local Ray's processes); remove its Ray folder."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=30)
-    shutil.rmtree(ray_tmp, ignore_errors=True)
+        output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return process.returncode, output.decode()
 
 
-def _kill_when(process: subprocess.Popen, reached, what: str) -> None:
-    """SIGKILL the driver as soon as ``reached()`` is true (polled every 10 ms)."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not reached():
-        assert process.poll() is None, (f"{what}: the run ended before the kill point",
-                                        process.stdout.read().decode()[-3000:])
-        assert time.monotonic() < deadline, f"{what}: not reached in {RUN_TIMEOUT_S} s"
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)  # the driver dies at this point
+def _assert_killed_at(returncode: int, text: str, point: str) -> None:
+    assert returncode == -signal.SIGKILL, (point, returncode, text[-3000:])
+    assert f"at {point}" in text, (point, text[-3000:])  # killed there, not by something else
 
 
 @pytest.mark.slow
@@ -77,21 +68,16 @@ def test_prepare_killed_anywhere_leaves_nothing_reusable(tmp_path):
     corpus = tmp_path / "corpus"
     write_conll(SynthConfig(num_documents=40, docs_per_file=10), corpus)
     root = tmp_path / "prepared"
-    for index, (point, reached) in enumerate(KILL_POINTS.items()):
-        ray_tmp = _ray_tmp(f"k{index}")
-        process = _prepare(corpus, root, ray_tmp)
-        _kill_when(process, lambda: reached(root), point)
-        _stop_group(process, ray_tmp)
+    for index, point in enumerate(LOCAL_KILL_POINTS):
+        _assert_killed_at(*_prepare(corpus, root, f"k{index}", kill_at=point), point)
         complete = [p.name for p in root.iterdir() if not p.name.startswith(".") and is_prepared(p)]
         assert complete == [], (point, complete)  # nothing a later run would reuse
-        assert any(root.glob(".tmp-*")), point  # the killed build's folder: hidden, not a prepared folder
+        (build,) = root.glob(".tmp-*")  # the killed build's folder: hidden, not a prepared folder
+        shards = list(build.glob("**/*.parquet"))
+        assert bool(shards) == (point == "prepare:writing"), (point, shards)
 
-    ray_tmp = _ray_tmp("last")
-    process = _prepare(corpus, root, ray_tmp)
-    output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
-    _stop_group(process, ray_tmp)
-    text = output.decode()
-    assert process.returncode == 0, text[-3000:]
+    returncode, text = _prepare(corpus, root, "last")
+    assert returncode == 0, text[-3000:]
     assert "reusing" not in text  # built, not reused
     (folder,) = [p for p in root.iterdir() if not p.name.startswith(".")]
     assert f"prepared data: {folder}" in text and is_prepared(folder)
@@ -114,19 +100,14 @@ def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_b
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
         return [o["Key"] for o in listed if not o["Key"].endswith("/")]
 
-    ray_tmp = _ray_tmp("s3")
-    process = _prepare(corpus, s3_bucket, ray_tmp, upload_pause_s=30.0)  # the kill comes within the pause
-    _kill_when(process, lambda: bool(keys()), "uploading")  # a first file is in the store
-    _stop_group(process, ray_tmp)
+    _assert_killed_at(*_prepare(corpus, s3_bucket, "s3", kill_at="prepare:uploading"), "prepare:uploading")
     uploaded = keys()
-    assert uploaded and not any(key.endswith("/manifest.json") for key in uploaded), uploaded
+    assert len(uploaded) == 1 and not uploaded[0].endswith("/manifest.json"), uploaded
 
-    ray_tmp = _ray_tmp("s3-last")
-    process = _prepare(corpus, s3_bucket, ray_tmp)
-    output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
-    _stop_group(process, ray_tmp)
-    assert process.returncode == 0, output.decode()[-3000:]
+    returncode, text = _prepare(corpus, s3_bucket, "s3-last")
+    assert returncode == 0, text[-3000:]
     folders = {key.split("/")[1] for key in keys()}
     assert len(folders) == 1, keys()
     (folder,) = folders
     assert f"{prefix}/{folder}/manifest.json" in keys() and is_prepared(f"{s3_bucket}/{folder}")
+

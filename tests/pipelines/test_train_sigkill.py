@@ -2,14 +2,16 @@
 remaining epoch, registers the model, ends with the weights of an uninterrupted run, and no
 process of the killed run's local Ray is left behind.
 
-"Committed" is seen from outside, on the file system: Ray Train's run state
-(``checkpoint_manager_snapshot.json``) names ``epoch_0001``. Every run is a real ``dynlm train``
-subprocess with its own local Ray under its own ``RAY_TMPDIR``, so a process of a run is any
-process whose command line names that folder or that holds a file open under it.
+The kill is the ``train:checkpoint_committed`` point of :mod:`dynlm.faults`: rank 0, at its first
+step of epoch 2, waits until Ray Train's run state (``checkpoint_manager_snapshot.json``) names
+``epoch_0001`` and then SIGKILLs the driver, exactly once and at that moment however loaded the
+machine is. Every run is a real ``dynlm train`` subprocess with its own local Ray under its own
+``RAY_TMPDIR``, so a process of a run is any process whose command line names that folder or that
+holds a file open under it.
 
-The driver alone is killed (``kill -9 <pid>``): killing its whole process group also kills the
-two agents of its raylet that otherwise stay (they share the group); a lone driver's death is
-what leaves them, and the next ``dynlm`` start must reap them.
+The driver alone is killed (as ``kill -9 <pid>`` does): killing its whole process group would
+also kill the two agents of its raylet that otherwise stay (they share the group); a lone
+driver's death is what leaves them, and the next ``dynlm`` start must reap them.
 
 The weights are compared bitwise: on CPU every step is deterministic (the same data order:
 Ray Data's ordered split; dropout and batching RNG streams re-seeded from (seed, epoch, rank) at
@@ -21,9 +23,7 @@ repeats the uninterrupted one bit for bit.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -31,26 +31,12 @@ import torch
 from mlflow import MlflowClient
 
 from dynlm.data.synth import SynthConfig, write_conll
-from pipelines.ray_env import processes_using
-from train_process import committed, output_of, ray_tmp, start_train, stop_and_remove, wait_until
+from train_process import committed, left_after, output_of, ray_tmp, start_train, stop_and_remove
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DYNLM_SIGKILL_TESTS") != "1",
-    reason="SIGKILL-at-a-moment tests race the process they kill: in the full suite on 2 cores they "
-           "missed their kill point (2026-12-02); run them with DYNLM_SIGKILL_TESTS=1 until the kill "
-           "points are fault-injection hooks instead of polling")
 
 
 def _weights(run_dir: Path, checkpoint: str) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / checkpoint / "model.pt", weights_only=True)["state_dict"]
-
-
-def _left_after(folder: Path, seconds: float) -> list[str]:
-    """Command lines of the processes still using ``folder`` after up to ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while (left := processes_using(str(folder))) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return [command for _, command in left]
 
 
 @pytest.fixture
@@ -70,21 +56,20 @@ def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tm
     run_dir = tmp_path / "ray" / "killed"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
-    process = start_train(tmp_path, "killed", killed_tmp, tracking_uri=uri)
-    wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
-    os.kill(process.pid, signal.SIGKILL)  # the driver alone, as `kill -9 <pid>` does
-    process.wait(timeout=30)
-    assert not committed(run_dir, "epoch_0002")  # killed before the last epoch was committed
+    # rank 0 kills the driver (its line goes to the worker's log, not to this output)
+    output_of(start_train(tmp_path, "killed", killed_tmp, tracking_uri=uri, kill_at="train:checkpoint_committed"),
+              expected_returncode=-signal.SIGKILL)
+    assert committed(run_dir, "epoch_0001") and not committed(run_dir, "epoch_0002")
     # the raylet's dashboard and runtime-env agents outlive it (ray 2.60: they wait on the dead GCS)
-    left = _left_after(killed_tmp, 2)
+    left = left_after(killed_tmp, 2)
 
     # the next dynlm start (the resume, another RAY_TMPDIR) reaps what the killed run's Ray left
     text = output_of(start_train(tmp_path, "killed", resumed_tmp, "--resume", tracking_uri=uri))
     if left:
         assert "left by the local Ray of a killed dynlm" in text, (left, text[-3000:])
-    assert _left_after(killed_tmp, 10) == []
+    assert left_after(killed_tmp, 10) == []
     assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
-    assert _left_after(resumed_tmp, 30) == []  # a run that ends leaves nothing running either
+    assert left_after(resumed_tmp, 30) == []  # a run that ends leaves nothing running either
 
     output_of(start_train(tmp_path, "straight", straight_tmp, "--set", "run.register=false", tracking_uri=uri))
     resumed, straight = _weights(run_dir, "epoch_0002"), _weights(tmp_path / "ray" / "straight", "epoch_0002")

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
 from pipelines.ray_env import processes_using
 from pipelines.train import RAY_SNAPSHOT_FILE
 
@@ -28,6 +29,14 @@ def ray_tmp(name: str) -> Path:
     return folder
 
 
+def left_after(folder: Path, seconds: float) -> list[str]:
+    """Command lines of the processes still using ``folder`` after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_using(str(folder))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [command for _, command in left]
+
+
 def stop_and_remove(folder: Path) -> None:
     """SIGKILL every process still using the RAY_TMPDIR ``folder``, then remove it."""
     for pid, _ in processes_using(str(folder)):
@@ -38,12 +47,16 @@ def stop_and_remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def start_train(tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str) -> subprocess.Popen:
+def start_train(tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str,
+                kill_at: str | None = None) -> subprocess.Popen:
     """``dynlm train`` of the :data:`TINY` job on ``tmp/synth`` (prepared under ``tmp/prepared``,
-    Ray storage ``tmp/ray``) as run ``run_name``, tracked at ``tracking_uri``; output piped."""
+    Ray storage ``tmp/ray``) as run ``run_name``, tracked at ``tracking_uri``; output piped.
+    ``kill_at``: a :mod:`dynlm.faults` kill point where the driver SIGKILLs itself."""
     env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
-    for variable in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
+    for variable in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", KILL_AT_ENV, KILL_PID_ENV):
         env.pop(variable, None)
+    if kill_at:
+        env[KILL_AT_ENV] = kill_at
     if not tracking_uri.startswith("sqlite:"):
         env.pop("DYNLM_MLFLOW_ARTIFACTS")  # a server keeps its own artifacts
     args = [sys.executable, "-m", "pipelines.cli", "train", "--tracking-uri", tracking_uri, *extra]
