@@ -20,6 +20,11 @@ class DNTMSettings(Config):
     merge_fn: Literal["max", "gru", "gru_relu", "latest", "attention"] = "gru"
     entity_dim: int = 0  # 0: same as embed_dim (needed for input dynamics to add to embeddings)
     context_hidden_dim: int = 0  # BiRNN context encoder size; 0: same as hidden_dim
+    # a learned score for "a new chain comes next", on <unk{n+1}> only (dynlm.modules.new_entity_score)
+    new_entity_score: bool = False
+    # sigmoid(w . h + b) scaling the dynamic entity scores per position (dynlm.modules.score_gate;
+    # output dynamics only)
+    gate_dynamic_scores: bool = False
 
 
 @dataclass
@@ -73,6 +78,9 @@ class ModelConfig(Config):
         if dyn.eta < 0 or dyn.decay < 0 or dyn.eps <= 0:
             raise ConfigError(f"model.dynamical: need eta >= 0, decay >= 0, eps > 0 (got {dyn.eta}, "
                               f"{dyn.decay}, {dyn.eps})")
+        if self.dntm.gate_dynamic_scores and self.dntm.dynamic not in ("output", "both"):
+            raise ConfigError(f"model.dntm.gate_dynamic_scores gates the output dynamics; "
+                              f"model.dntm.dynamic is {self.dntm.dynamic!r}")
         bad = set(self.dynamical.fast_params) - {"output", "embedding", "recurrent"}
         if bad:
             raise ConfigError(f"model.dynamical.fast_params: unknown {sorted(bad)}")

@@ -7,6 +7,9 @@ reused as is (embedding, recurrent layers, output layer); the DNTM adds
 * input dynamics:  x_e = W_dx d_e + b^x_e   (b^x_e: the static input embedding of ``<unk{e}>``)
 * output dynamics: y_e = W_dy d_e + b^y_e   (b^y_e: the static output vector of ``<unk{e}>``),
   i.e. the logit of e gets ``h . W_dy d_e`` on top of the baseline logit;
+* optionally (``new_entity_score``) a learned score for "a new chain comes next" on the one
+  identifier a new chain can take (:mod:`dynlm.modules.new_entity_score`), and
+  (``gate_dynamic_scores``) a per-position gate on the dynamic scores (:mod:`dynlm.modules.score_gate`);
 * after each sentence, a context encoder (:mod:`dynlm.modules.context_encoder`) gives a context
   vector d'_e for every mention, merged into d_e in sentence order
   (:mod:`dynlm.modules.entity_memory`).
@@ -42,6 +45,8 @@ from dynlm.modules.entity_memory import (
     merge_mentions,
     reset_memory,
 )
+from dynlm.modules.new_entity_score import NewEntityScore
+from dynlm.modules.score_gate import ScoreGate
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -110,6 +115,10 @@ class DNTM(nn.Module):
             self.input_proj = nn.Linear(self.entity_dim, cfg.embed_dim, bias=False)  # W_dx
         if self.use_output:
             self.output_proj = nn.Linear(self.entity_dim, cfg.hidden_dim, bias=False)  # W_dy
+            if settings.gate_dynamic_scores:
+                self.score_gate = ScoreGate(cfg.hidden_dim)
+        if settings.new_entity_score:
+            self.new_entity = NewEntityScore(cfg.hidden_dim)
         if settings.dynamic != "none":
             self.context_encoder = ContextEncoder(
                 ContextEncoderConfig(
@@ -174,8 +183,12 @@ class DNTM(nn.Module):
         logits = self.lm.decoder(dropped)  # [B, L, V_out], static b^y
         if self.use_output:
             entity_scores = torch.einsum("blh,bkh->blk", dropped, self.output_proj(memory))  # h . W_dy d_e
+            if self.cfg.dntm.gate_dynamic_scores:
+                entity_scores = self.score_gate(dropped, entity_scores)
             offset = self.spec.entity_offset
             logits = torch.cat([logits[..., :offset], logits[..., offset:] + entity_scores], dim=-1)
+        if self.cfg.dntm.new_entity_score:
+            logits = self.new_entity(logits, dropped, batch.entities_seen, self.spec.entity_offset)
         logits = self.lm.mask_entities(logits, batch)
         entities = state.entities
         if self.dynamic != "none":

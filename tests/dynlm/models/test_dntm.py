@@ -30,9 +30,10 @@ DOC_A = [[5, E1, 6, 7], [E1, 8, E2, 9], [10, E1, E2, 11, E1], [E2, 12, E1]]
 DOC_B = [[E1, 13, 14, 15, 16, 17, E1], [18, E2], [E3, 5, E1, 6], [7, E3, 8], [9, E2]]
 
 
-def _model(dynamic="both", merge_fn="gru", seed=0, **overrides) -> DNTM:
+def _model(dynamic="both", merge_fn="gru", seed=0, dntm=None, **overrides) -> DNTM:
     torch.manual_seed(seed)
-    cfg = dntm_small(embed_dim=8, hidden_dim=8, dropout=0.0, dntm={"dynamic": dynamic, "merge_fn": merge_fn}, **overrides)
+    settings = {"dynamic": dynamic, "merge_fn": merge_fn, **(dntm or {})}
+    cfg = dntm_small(embed_dim=8, hidden_dim=8, dropout=0.0, dntm=settings, **overrides)
     return DNTM(cfg, SPEC).eval()
 
 
@@ -165,3 +166,32 @@ def test_bad_entity_ids_are_rejected():
 EXPECTED_FIRST = [-0.29669, 0.04776, -0.05865, float("-inf")]
 EXPECTED_LAST = [-0.17196, -0.03983, -0.16972, -0.2666]
 EXPECTED_MEMORY = [[-0.0826, -0.13805, -0.3488], [-0.06084, -0.13585, -0.40332]]
+
+
+def test_the_new_entity_score_starts_as_the_model_without_it_and_the_gate_learns():
+    plain = _model("both")
+    extended = _model("both", dntm={"new_entity_score": True, "gate_dynamic_scores": True})
+    extended.load_state_dict({**extended.state_dict(), **plain.state_dict()})  # same shared weights
+    with torch.no_grad():
+        extended.score_gate.gate.bias.fill_(60.0)  # g = 1 in float32: exactly the ungated model
+    rows = [_row("a", DOC_A), _row("b", DOC_B)]
+    for ours, theirs in zip(_run(extended, rows)[0], _run(plain, rows)[0]):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+    with torch.no_grad():
+        extended.score_gate.gate.bias.fill_(4.0)  # back to its initial value: the gate's gradient flows
+    extended.train()
+    batch = collate_documents(rows, SPEC)
+    outputs, _ = extended(batch.sentences[:3], extended.init_state(2))
+    sum(torch.nn.functional.cross_entropy(o.logits[s.mask], s.targets[s.mask])
+        for o, s in zip(outputs, batch.sentences[:3])).backward()
+    for name in ("new_entity.score.weight", "new_entity.score.bias", "score_gate.gate.weight"):
+        grad = dict(extended.named_parameters())[name].grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_the_gate_needs_output_dynamics():
+    from dynlm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="gate_dynamic_scores"):
+        dntm_small(dntm={"dynamic": "input", "gate_dynamic_scores": True})

@@ -18,6 +18,9 @@ MODEL_CONFIGS = {
     "dntm_input": lambda: dntm_small(embed_dim=16, hidden_dim=16, dntm={"dynamic": "input", "merge_fn": "gru"}),
     "dntm_output": lambda: dntm_small(embed_dim=16, hidden_dim=16, dntm={"dynamic": "output", "merge_fn": "gru"}),
     "dntm_both": lambda: dntm_small(embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "max"}),
+    "dntm_both_new_entity_gate": lambda: dntm_small(
+        embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True,
+                                           "gate_dynamic_scores": True}),
     "dynamical": lambda: dynamical_lm_small(embed_dim=16, hidden_dim=16, dynamical={"segment_len": 5}),
 }
 
