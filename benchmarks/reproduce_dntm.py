@@ -43,18 +43,29 @@ METRICS = (("ppl", "overall"), ("ppl_first_mention", "first mention"),
            ("ppl_reappearing", "re-appearing entity"), ("ppl_after_entity", "after entity"))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_litbank_args(parser: argparse.ArgumentParser, *, max_sentences: int) -> None:
+    """The data options of :func:`load_litbank` (shared with ``benchmarks/dntm_quality.py``)."""
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="folder of LitBank *.conll files")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "dntm_litbank.md")
     parser.add_argument("--max-chains", type=int, default=50, help="entity identifiers per document (later chains truncated)")
     parser.add_argument("--vocab-size", type=int, default=2000)
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--valid-fraction", type=float, default=0.1)
     parser.add_argument("--test-fraction", type=float, default=0.1)
     parser.add_argument("--max-sentence-len", type=int, default=60, help="longer sentences are cut into pieces (0: keep)")
-    parser.add_argument("--max-sentences", type=int, default=24,
+    parser.add_argument("--max-sentences", type=int, default=max_sentences,
                         help="keep the first N sentences of every document, all splits (0: all; LitBank has ~100)")
+
+
+def write_report(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "dntm_litbank.md")
+    add_litbank_args(parser, max_sentences=24)
     parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--hidden-dim", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=1)
@@ -223,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         *summarize(results),
         "",
     ])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report, encoding="utf-8")
-    print(f"wrote {args.output}")
+    write_report(args.output, report)
     return 0
 
 

@@ -1,0 +1,236 @@
+"""DNTM quality where users look (issue 18): first mentions, re-appearing entities, and baselines
+as strong as a plain LSTM loop and dynamic evaluation, on a held-out split of LitBank.
+
+Every row has the same budget (epochs, size, lr, documents) and is scored on the same TEST
+tokens by ``dynlm.training.evaluate`` (overall, first mention, re-appearing entity, after an
+entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exact). Rows:
+
+* ``rnn``: the baseline RNNLM as dynlm trains it (documents in sentence lockstep, truncated BPTT
+  every ``--bptt-sentences`` sentences, ``--lr-schedule``);
+* ``plain-stream reference``: the same network trained by a plain PyTorch LM loop (the train
+  documents concatenated into one stream, ``--stream-batch`` columns x ``--stream-bptt`` tokens,
+  constant lr, no resets), then scored exactly like the others;
+* ``rnn + dynamic evaluation``: eta, lambda picked on the validation documents
+  (``dynlm.dynamic_eval.choose_dynamic_eval``, gradient statistics from the train documents);
+* ``dntm`` input / output / both (GRU merge), both with the new-entity score, with the gate on
+  the dynamic scores, and with both; the best DNTM row again with dynamic evaluation.
+
+Usage (LitBank from ../shared/data; about 15 CPU-minutes at the defaults, 1 thread; the report:
+benchmarks/results/dntm_quality.md)::
+
+    python benchmarks/dntm_quality.py
+    python benchmarks/dntm_quality.py --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 --max-sentences 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reproduce_dntm import METRICS, REPO, _fmt, add_litbank_args, load_litbank, write_report  # noqa: E402
+
+from dynlm.data.batching import batch_documents  # noqa: E402
+from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate  # noqa: E402
+from dynlm.losses import token_nll  # noqa: E402
+from dynlm.models import build_model  # noqa: E402
+from dynlm.models.config import ModelConfig  # noqa: E402
+from dynlm.training import TrainConfig, evaluate, fit  # noqa: E402
+
+DNTM_ROWS = {  # row name -> model.dntm settings
+    "rnn + new-entity score": {"dynamic": "none", "new_entity_score": True},
+    "dntm input": {"dynamic": "input"},
+    "dntm output": {"dynamic": "output"},
+    "dntm both": {"dynamic": "both"},
+    "dntm both + new-entity score": {"dynamic": "both", "new_entity_score": True},
+    "dntm both + gate": {"dynamic": "both", "gate_dynamic_scores": True},
+    "dntm both + new-entity score + gate": {"dynamic": "both", "new_entity_score": True, "gate_dynamic_scores": True},
+}
+DYNAMIC_EVAL_ETAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+DYNAMIC_EVAL_LAMBDAS = (0.0, 2e-3, 2e-2)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "dntm_quality.md")
+    add_litbank_args(parser, max_sentences=60)
+    parser.add_argument("--embed-dim", type=int, default=64)
+    parser.add_argument("--hidden-dim", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=8, help="documents per batch (dynlm rows)")
+    parser.add_argument("--bptt-sentences", type=int, default=2)
+    parser.add_argument("--stream-batch", type=int, default=20, help="plain-stream loop: columns")
+    parser.add_argument("--stream-bptt", type=int, default=35, help="plain-stream loop: tokens per step")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"), help="dynlm rows")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ood-dir", type=Path, default=None,
+                        help="a folder of CoNLL-2012 *.conll files of other genres (e.g. OntoNotes): every "
+                             "model is also scored on all of its documents (encoded with the LitBank vocabulary)")
+    parser.add_argument("--rows", default="", help="comma list of row names to run (default: all)")
+    parser.add_argument("--threads", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def model_config(args, dntm: dict) -> ModelConfig:
+    return ModelConfig.from_dict({
+        "type": "dntm", "backbone": "lstm", "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
+        "num_layers": args.num_layers, "dropout": args.dropout, "dntm": {"merge_fn": "gru", **dntm}})
+
+
+def _batches(rows, spec, args, seed):
+    return batch_documents(rows, spec, args.batch_size, seed=seed)
+
+
+def train_dynlm(args, spec, rows, dntm: dict):
+    """A model trained by dynlm's loop (``dynlm.training.fit``, as ``dynlm train`` runs it)."""
+    torch.manual_seed(args.seed)
+    model = build_model(model_config(args, dntm), spec)
+    cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
+                      grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
+    fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
+        lambda: _batches(rows["valid"], spec, args, None), cfg)
+    return model
+
+
+def train_plain_stream(args, spec, rows):
+    """The same network trained as a plain PyTorch LM: one token stream, fixed-size chunks."""
+    torch.manual_seed(args.seed)
+    model = build_model(model_config(args, {"dynamic": "none"}), spec).lm  # the RNNLM inside
+    stream = torch.tensor([w for row in rows["train"] for w in row["word_ids"]], dtype=torch.long)
+    columns = stream.numel() // args.stream_batch
+    data = stream[: columns * args.stream_batch].view(args.stream_batch, columns)  # [B, T]
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    for _ in range(args.epochs):
+        model.train()
+        state = model.init_state(args.stream_batch)
+        for start in range(0, columns - 1, args.stream_bptt):
+            end = min(start + args.stream_bptt, columns - 1)
+            tokens, targets = data[:, start:end], data[:, start + 1 : end + 1]
+            state = model.detach_state(state)
+            x = model.input_dropout(model.embedding.word(tokens))
+            hidden, state = model.run_rnn(x, state)
+            logits = model.output_logits(hidden)
+            loss = token_nll(logits, targets, torch.ones_like(targets, dtype=torch.bool)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            optimizer.step()
+    return model
+
+
+def with_dynamic_evaluation(model, spec, rows, args) -> tuple[dict, dict]:
+    """Test metrics of ``model`` under dynamic evaluation with eta, lambda picked on valid."""
+    stats = collect_grad_stats(model, _batches(rows["train"], spec, args, None))
+    best, grid = choose_dynamic_eval(model, list(_batches(rows["valid"], spec, args, None)), stats,
+                                     etas=DYNAMIC_EVAL_ETAS, lambdas=DYNAMIC_EVAL_LAMBDAS)
+    return dynamic_evaluate(model, _batches(rows["test"], spec, args, None), best, stats), {
+        "eta": best.lr, "lambda": best.decay, "grid": grid}
+
+
+def load_out_of_domain(args, pre) -> list[dict]:
+    """Every document of ``args.ood_dir``, anonymized and cut as LitBank is, encoded with ``pre``."""
+    from dynlm.data.anonymize import anonymize
+    from dynlm.data.readers import parse_file
+    from dynlm.data.schema import Quarantined
+    from reproduce_dntm import _cut
+
+    rows = []
+    for path in sorted(args.ood_dir.glob("*.conll")):
+        for item in parse_file(path.read_bytes(), str(path), "conll"):
+            if isinstance(item, Quarantined):
+                continue
+            doc, _ = anonymize(item, max_chains=args.max_chains, too_many_chains="truncate")
+            if doc is None:
+                continue
+            sentences = [piece for s in doc["sentences"] for piece in _cut(s, args.max_sentence_len)]
+            sentences = sentences[: args.max_sentences] if args.max_sentences > 0 else sentences
+            rows.append({"doc_id": doc["doc_id"], "source_file": doc["source_file"], **pre.encode_document(sentences)})
+    if not rows:
+        raise SystemExit(f"--ood-dir {args.ood_dir}: no readable *.conll document")
+    return rows
+
+
+def format_table(results: list[tuple[str, dict]]) -> str:
+    header = "| model | " + " | ".join(title for _, title in METRICS) + " | seconds |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for name, r in results:
+        lines.append(f"| {name} | " + " | ".join(_fmt(r[key]) for key, _ in METRICS) + f" | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    wanted = {name.strip() for name in args.rows.split(",") if name.strip()}
+    command = "python benchmarks/dntm_quality.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    started = time.perf_counter()
+    pre, rows, stats = load_litbank(args)
+    spec = pre.spec
+    print(f"data: {stats}", flush=True)
+    results: list[tuple[str, dict]] = []
+    notes: list[str] = []
+    models = {}
+
+    def record(name: str, metrics: dict, since: float) -> None:
+        results.append((name, {**metrics, "seconds": time.perf_counter() - since}))
+        print(f"{name:>40}: " + "  ".join(f"{key}={_fmt(metrics[key])}" for key, _ in METRICS), flush=True)
+
+    def run(name: str, build) -> None:
+        if wanted and name not in wanted:
+            return
+        since = time.perf_counter()
+        models[name] = build()
+        record(name, evaluate(models[name], _batches(rows["test"], spec, args, None)), since)
+        if ood_rows is not None:
+            since = time.perf_counter()
+            ood_results.append((name, {**evaluate(models[name], _batches(ood_rows, spec, args, None)),
+                                       "seconds": time.perf_counter() - since}))
+
+    ood_rows = load_out_of_domain(args, pre) if args.ood_dir else None
+    ood_results: list[tuple[str, dict]] = []
+
+    run("rnn", lambda: train_dynlm(args, spec, rows, {"dynamic": "none"}))
+    run("plain-stream reference", lambda: train_plain_stream(args, spec, rows))
+    for name, dntm in DNTM_ROWS.items():
+        run(name, lambda dntm=dntm: train_dynlm(args, spec, rows, dntm))
+    dntm_rows = [(n, r) for n, r in results if n.startswith("dntm")]  # the best DNTM overall gets dynamic evaluation
+    best_dntm = min(dntm_rows, key=lambda nr: nr[1]["ppl"])[0] if dntm_rows else None
+    for base in ("rnn", best_dntm):
+        if base is None or base not in models:
+            continue
+        since = time.perf_counter()
+        metrics, chosen = with_dynamic_evaluation(models[base], spec, rows, args)
+        record(f"{base} + dynamic evaluation", metrics, since)
+        notes.append(f"- `{base}` + dynamic evaluation: eta {chosen['eta']:g}, lambda {chosen['lambda']:g} "
+                     "(lowest validation perplexity of the grid: " + ", ".join(
+                         f"{g['eta']:g}/{g['lambda']:g} {g['ppl']:.1f}" for g in chosen["grid"]) + ").")
+    table = format_table(results)
+    print(table)
+    counts = {k: int(results[0][1][f"count_{k}"]) for k in ("all", "first_mention", "reappearing", "after_entity")}
+    report = "\n".join([
+        "## Run", "", "```", command.strip(), "```", "",
+        f"Data: {len(rows['train'])}/{len(rows['valid'])}/{len(rows['test'])} train/valid/test LitBank documents "
+        f"({stats['train_tokens']}/{stats['valid_tokens']}/{stats['test_tokens']} tokens; split seed {args.split_seed}, "
+        f"first {args.max_sentences or 'all'} sentences, max_chains {args.max_chains}), vocab {spec.num_words}. "
+        f"Test target counts {counts}. Model 1 x {args.hidden_dim} LSTM, embed {args.embed_dim}, dropout "
+        f"{args.dropout}; {args.epochs} epochs, lr {args.lr}; dynlm rows: {args.lr_schedule} schedule, batch {args.batch_size} documents, BPTT "
+        f"{args.bptt_sentences} sentences; plain stream: {args.stream_batch} x {args.stream_bptt} tokens. "
+        f"{args.threads} thread(s), {(time.perf_counter() - started) / 60:.1f} min.",
+        "", table, "", *notes, ""]
+        + (["", f"Out of domain: every document of `{args.ood_dir}` ({len(ood_rows)} documents), static scores:",
+            "", format_table(ood_results), ""] if ood_rows is not None else []))
+    write_report(args.output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
