@@ -1,21 +1,28 @@
 """WikiText-2: static LM vs. dynamic evaluation (Krause et al., 2018) vs. the meta-learned
 dynamical LM (Wolf et al., 2018), with one budget, in one run.
 
-    python benchmarks/reproduce_dynamical.py                       # small CPU budget (~10 min)
+    python benchmarks/reproduce_dynamical.py                       # small CPU budget (~2 min, 1 thread)
+    python benchmarks/reproduce_dynamical.py --train-articles 60 --max-lines 12 --eval-articles 6 \
+        --vocab-size 5000 --hidden 96 --meta-steps 40                # 60 articles (~15 min, 1 thread)
     python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
-        --vocab-size 33000 --hidden 256 --static-epochs 6 --meta-steps 600 --compile-update
+        --vocab-size 33000 --hidden 256 --meta-steps 600 --compile-update
 
 Articles (level-1 headings) are documents. An LSTM LM is trained on the first
-``--train-articles`` training articles for ``--static-epochs`` epochs (theta_0). (c) a DynamicalLM
-whose theta starts from theta_0 and whose update rule starts as dynamic evaluation of the
-output layer (RMS statistics of theta_0, eta / lambda picked on validation: row (c0), equal to
-that dynamic evaluation before any meta-training), then theta and phi are meta-trained for
-``--meta-steps`` document batches (theta at lr 3e-4, unroll ``--unroll-steps``; the gate
-statistics of every step are kept). So that all three share one theta training budget, (a) is
-theta_0 trained further on theta alone for the same ``--meta-steps`` batches (same batches, same
-lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a)'s weights with dynamic evaluation,
-eta and lambda picked on validation over a small grid. Validation/test use the first
-``--eval-articles`` articles of each split. Writes one dated report section to ``--out``
+``--train-articles`` training articles for at most ``--static-epochs`` epochs; the best valid
+epoch is theta_0 (early stopping, ``--patience``). (c) a DynamicalLM whose theta starts from
+theta_0 and whose update rule starts as dynamic evaluation of its ``--fast-params`` weights
+(RMS statistics of theta_0, eta / lambda picked on validation: row (c0), equal to that dynamic
+evaluation before any meta-training), then phi (and theta at lr 3e-4 unless ``--freeze-theta``)
+is meta-trained on the documents of ``--meta-steps`` batches of ``--batch-size``, read in
+batches of ``--meta-batch-size`` (default 1: lockstep batches over padded paragraphs would update
+less often per token than evaluation does), unroll ``--unroll-steps``; the gate statistics of
+every step are kept. So that all three share one theta budget, (a) is theta_0 trained further on
+theta alone on the same documents in the same batches (same lr, a fresh Adam like (c)'s) before
+evaluation, and (b) is (a)'s weights with dynamic evaluation, eta and lambda picked on
+validation over a small grid. With ``--select-every N`` (default) (a) and (c) keep the weights of
+their best valid ppl among step 0 and every N batches (validation-based selection, also of phi).
+Validation/test use the first ``--eval-articles`` articles of each split, read one article at a
+time by all three (``--eval-batch-size 1``). Writes one dated report section to ``--out``
 (default: a scratch file; benchmarks/results/dynamical_wikitext2.md collects the sections).
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import time
 from collections import Counter
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
     # the training objective, measured in eval mode (no dropout) on the first 2 x --batch-size articles
     probe_rows = train_rows[: 2 * args.batch_size]
-    train_probe = [b.to(device) for b in batch_documents(probe_rows, spec, args.eval_batch_size, seed=None)]
+    train_probe = [b.to(device) for b in batch_documents(probe_rows, spec, 1, seed=None)]
 
     def extra_training(model, optimizer, cfg, gate_steps=None, curve=None, batch_size=None):
         """``--meta-steps`` more document batches (epoch seeds 100, 101, ...), one train_step each;
@@ -151,11 +159,14 @@ def main(argv: list[str] | None = None) -> int:
 
         def checkpoint_on_valid():
             v = evaluate(model, valid)["ppl"]
-            tr = evaluate(model, train_probe)["ppl"]
+            per_doc = [evaluate(model, [b]) for b in train_probe]  # one article per batch (eval batch 1)
+            tr = math.exp(sum(m["loss"] * m["tokens"] for m in per_doc) / sum(m["tokens"] for m in per_doc))
+            doc_mean = sum(m["loss"] for m in per_doc) / len(per_doc)  # what a step of a whole article minimises
             recent = sum(losses[-every:]) / len(losses[-every:]) if losses else float("nan")
             if curve is not None:
-                curve.append((step, tr, v, recent))
-            print(f"  step {step}: train-probe ppl {tr:.2f} valid ppl {v:.2f} train_step loss {recent:.3f}", flush=True)
+                curve.append((step, tr, v, recent, doc_mean))
+            print(f"  step {step}: train-probe ppl {tr:.2f} (mean loss per article {doc_mean:.4f}) valid ppl {v:.2f} "
+                  f"train_step loss {recent:.3f}", flush=True)
             if v < best[0]:
                 best[:] = [v, step, copy.deepcopy(model.state_dict())]
 
@@ -166,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                 batch = batch.to(device)
                 out = train_step(model, batch, optimizer, cfg)
                 losses.append(out["loss"])
-                if gate_steps is not None:
-                    gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
+                gates = {k: v for k, v in out.items() if k.startswith("gate_")}
+                if gate_steps is not None and gates:  # a short document may end before its first update
+                    gate_steps.append(gates)
                 step += 1
                 if args.select_every and (step % every == 0 or step >= total):
                     checkpoint_on_valid()
@@ -193,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     static_pick = 0
     if not args.freeze_theta:
         static_pick = extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg,
-                                     curve=static_curve)
+                                     curve=static_curve, batch_size=args.meta_batch_size)
     results = {}
     results["static"] = [timed_eval(lambda: evaluate(static, valid)), timed_eval(lambda: evaluate(static, test))]
     print("static", [(m["ppl"], speed) for m, speed in results["static"]], flush=True)
@@ -258,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
            if args.freeze_theta else
            f"(c) starts from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr {args.meta_lr:g}) "
            f"jointly; (a) is theta_0 trained on theta alone on the same documents at lr {META_THETA_LR:g} "
-           f"(fresh Adam, as for (c)), in {meta_batches} batches of {args.batch_size}, and (b) uses (a)'s weights; (c) ")
-        + f"reads the {meta_batches * args.batch_size} documents of {meta_batches} batches of {args.batch_size} "
-        f"in batches of {args.meta_batch_size}. Valid ppl every {args.select_every} batches of {args.batch_size} "
+           f"(fresh Adam, as for (c)), and (b) uses (a)'s weights; (a) and (c) ")
+        + f"read the {meta_batches * args.batch_size} documents of {meta_batches} batches of {args.batch_size} "
+        f"in batches of {args.meta_batch_size} (one Adam step per chunk of {args.meta_bptt} paragraphs for (c), 2 for (a)). Valid ppl every {args.select_every} batches of {args.batch_size} "
         f"(and at step 0) picks the weights kept, for (a) and (c) alike. "
         f"(c): fast weights {args.fast_params}, segment {args.segment_len} tokens, K={args.unroll_steps}, "
         f"meta-training chunks of {args.meta_bptt} paragraphs, linear "
@@ -295,8 +307,10 @@ def main(argv: list[str] | None = None) -> int:
               f"dropout {meta_dropout:g}; " + (f"kept step {meta_pick} of {meta_batches * args.batch_size // args.meta_batch_size} (best valid; (a) kept step "
               f"{static_pick}). Curve (step: train-probe ppl / valid ppl, eval mode; train-probe = the first "
               f"{sum(b.batch_size for b in train_probe)} training articles): "
-              + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, _ in meta_curve)
-              + ". (a)'s curve: " + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, _ in static_curve)
+              + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, *_ in meta_curve)
+              + ". Mean loss per train-probe article (the objective of a meta-step over one whole article): "
+              + ", ".join(f"{st}: {dm:.4f}" for st, _, _, _, dm in meta_curve)
+              + ". (a)'s curve: " + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, *_ in static_curve)
               if args.select_every else "the last step is kept") + ".",
               "", f"Dynamic evaluation reads each article alone (batch 1, weights reset per article); (a) and (c) "
               f"are evaluated in batches of {args.eval_batch_size}."]
