@@ -4,16 +4,18 @@
 
 Seeded random documents (no corpus needed) at the size of the 60-article WikiText-2 setting of
 ``reproduce_dynamical.py``: vocabulary 5005, LSTM 1x96, fast output layer, segment 32, batches
-of 8 documents. Each row is ``dynlm.training.evaluate`` tokens/s (best of ``--repeats``):
+of ``--batch-size`` documents (8; the static LM and the dynamical LM alike). Each row is ``dynlm.training.evaluate`` tokens/s (best of ``--repeats``):
 
 1. static LSTM (no fast weights);
 2. dynamical LM as before this change: output layer through ``theta + theta_hat`` per document
    and an autograd graph built for the update;
 3. + output layer as ``decoder(x) + functional_call(decoder, theta_hat)(x)``;
-4. + the update under ``torch.no_grad`` (the default now);
-5. + ``compile_update`` (the element-wise update fused by ``torch.compile``; compile time
+4. + the update under ``torch.no_grad``;
+5. + the segment's gradient of the output layer in closed form, ``(softmax - onehot)^T h``, no
+   autograd at evaluation (the default now; rows 2-4 set ``closed_form_grad_at_eval = False``);
+6. + ``compile_update`` (the element-wise update fused by ``torch.compile``; compile time
    excluded, printed apart);
-6. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
+7. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
 
 Rows 2 and 3 re-create the former code paths by patching this process only.
 """
@@ -21,6 +23,7 @@ Rows 2 and 3 re-create the former code paths by patching this process only.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from contextlib import contextmanager
 from unittest import mock
@@ -93,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=5005)
     parser.add_argument("--hidden", type=int, default=96)
     parser.add_argument("--docs", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args(argv)
+    load = os.getloadavg()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     spec = VocabSpec(num_words=args.vocab, num_entities=0, shortlist_size=args.vocab, num_subwords=4)
-    batches = random_batches(spec, args.docs, sentences=8, length=30, batch_size=8)
+    batches = random_batches(spec, args.docs, sentences=8, length=30, batch_size=args.batch_size)
     base = dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden, num_layers=1, dropout=0.0,
                 embedding="word")
     static = RNNLM(ModelConfig.from_dict(base), spec)
@@ -111,13 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         model.meta_learner.gates.weight.normal_(0.0, 0.1)  # a trained-looking meta-learner
     rows = [("static LSTM", tokens_per_second(lambda: evaluate(static, batches), args.repeats))]
+    model.closed_form_grad_at_eval = False  # rows 2-4: the gradient through autograd, as before
     with former_output_layer(), update_with_graph():
         rows.append(("dynamical, former: theta + theta_hat, update with graph",
                      tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
     with update_with_graph():
         rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
                      tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-    rows.append(("+ update under no_grad (default)", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+    rows.append(("+ update under no_grad", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+    model.closed_form_grad_at_eval = True
+    rows.append(("+ closed-form output-layer gradient, no autograd (default)",
+                 tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
     fused = DynamicalLM(dyn_cfg.replace(dynamical={**dyn_cfg.dynamical.to_dict(), "compile_update": True}), spec)
     fused.load_state_dict(model.state_dict())
     start = time.perf_counter()
@@ -127,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     names = list(model.adapted_parameter_names().values())
     rows.append(("dynamic evaluation, output layer (batch 1)", tokens_per_second(
         lambda: dynamic_evaluate(static, batches, rule, stats, names=names), args.repeats)))
-    print(f"{args.docs} documents x 8 sentences x 32 positions, V={args.vocab}, H={args.hidden}, "
-          f"{args.threads} thread(s), best of {args.repeats}; compile_update compiled in {compile_seconds:.1f} s")
+    print(f"{args.docs} documents x 8 sentences x 32 positions, batches of {args.batch_size}, V={args.vocab}, H={args.hidden}, "
+          f"{args.threads} thread(s), best of {args.repeats}; compile_update compiled in {compile_seconds:.1f} s; "
+          f"load average at the start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at the end "
+          + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
     print("| evaluation | tokens/s | vs. static |")
     print("|---|---|---|")
     for label, speed in rows:

@@ -1,21 +1,28 @@
 """WikiText-2: static LM vs. dynamic evaluation (Krause et al., 2018) vs. the meta-learned
 dynamical LM (Wolf et al., 2018), with one budget, in one run.
 
-    python benchmarks/reproduce_dynamical.py                       # small CPU budget (~10 min)
+    python benchmarks/reproduce_dynamical.py                       # small CPU budget (~2 min, 1 thread)
+    python benchmarks/reproduce_dynamical.py --train-articles 60 --max-lines 12 --eval-articles 6 \
+        --vocab-size 5000 --hidden 96 --meta-steps 40                # 60 articles (~15 min, 1 thread)
     python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
-        --vocab-size 33000 --hidden 256 --static-epochs 6 --meta-steps 600 --compile-update
+        --vocab-size 33000 --hidden 256 --meta-steps 600 --compile-update
 
 Articles (level-1 headings) are documents. An LSTM LM is trained on the first
-``--train-articles`` training articles for ``--static-epochs`` epochs (theta_0). (c) a DynamicalLM
-whose theta starts from theta_0 and whose update rule starts as dynamic evaluation of the
-output layer (RMS statistics of theta_0, eta / lambda picked on validation: row (c0), equal to
-that dynamic evaluation before any meta-training), then theta and phi are meta-trained for
-``--meta-steps`` document batches (theta at lr 3e-4, unroll ``--unroll-steps``; the gate
-statistics of every step are kept). So that all three share one theta training budget, (a) is
-theta_0 trained further on theta alone for the same ``--meta-steps`` batches (same batches, same
-lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a)'s weights with dynamic evaluation,
-eta and lambda picked on validation over a small grid. Validation/test use the first
-``--eval-articles`` articles of each split. Writes one dated report section to ``--out``
+``--train-articles`` training articles for at most ``--static-epochs`` epochs; the best valid
+epoch is theta_0 (early stopping, ``--patience``). (c) a DynamicalLM whose theta starts from
+theta_0 and whose update rule starts as dynamic evaluation of its ``--fast-params`` weights
+(RMS statistics of theta_0, eta / lambda picked on validation: row (c0), equal to that dynamic
+evaluation before any meta-training), then phi (and theta at lr 3e-4 unless ``--freeze-theta``)
+is meta-trained on the documents of ``--meta-steps`` batches of ``--batch-size``, read in
+batches of ``--meta-batch-size`` (default 1: lockstep batches over padded paragraphs would update
+less often per token than evaluation does), unroll ``--unroll-steps``; the gate statistics of
+every step are kept. So that all three share one theta budget, (a) is theta_0 trained further on
+theta alone on the same documents in the same batches (same lr, a fresh Adam like (c)'s) before
+evaluation, and (b) is (a)'s weights with dynamic evaluation, eta and lambda picked on
+validation over a small grid. With ``--select-every N`` (default) (a) and (c) keep the weights of
+their best valid ppl among step 0 and every N batches (validation-based selection, also of phi).
+Validation/test use the first ``--eval-articles`` articles of each split, read one article at a
+time by all three (``--eval-batch-size 1``). Writes one dated report section to ``--out``
 (default: a scratch file; benchmarks/results/dynamical_wikitext2.md collects the sections).
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import time
 from collections import Counter
@@ -38,7 +46,7 @@ from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
-from dynlm.training import TrainConfig, evaluate, fit, train_step
+from dynlm.training import FitHooks, TrainConfig, evaluate, fit, train_step
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
@@ -70,14 +78,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-lines", type=int, default=6, help="paragraphs kept per article (0: all)")
     parser.add_argument("--vocab-size", type=int, default=3000)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--static-epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8, help="documents per training batch")
+    parser.add_argument("--eval-batch-size", type=int, default=1,
+                        help="documents per evaluation batch of (a) and (c); 1 = each article alone, as dynamic "
+                             "evaluation reads them (batched documents move in lockstep over padded positions, "
+                             "so a batched (c) updates less often per token than (b))")
+    parser.add_argument("--meta-batch-size", type=int, default=1,
+                        help="documents per meta-training batch of (c); the same documents are read as in "
+                             "(a)'s --meta-steps batches of --batch-size (1: segments fall where they fall at evaluation)")
+    parser.add_argument("--fast-params", default="output",
+                        help="(c)'s fast weights, comma-separated from output, embedding, recurrent")
+    parser.add_argument("--static-epochs", type=int, default=12,
+                        help="at most this many epochs give theta_0 (the best valid epoch is kept)")
+    parser.add_argument("--patience", type=int, default=2, help="theta_0's early stopping (epochs without a better valid ppl)")
     parser.add_argument("--meta-steps", type=int, default=20)
     parser.add_argument("--segment-len", type=int, default=32)
     parser.add_argument("--unroll-steps", type=int, default=4)
+    parser.add_argument("--meta-bptt", type=int, default=2,
+                        help="(c): paragraphs per meta-training chunk (one optimizer step; the unroll is cut there too)")
     parser.add_argument("--meta-lr", type=float, default=3e-3, help="(c)'s outer learning rate of phi")
     parser.add_argument("--compile-update", action="store_true", help="(c): torch.compile'd update at evaluation")
     parser.add_argument("--first-order", action="store_true", help="(c): meta-gradients without second derivatives")
+    parser.add_argument("--freeze-theta", action="store_true",
+                        help="(c): meta-train phi alone, theta stays theta_0 (and (a) gets no extra training)")
+    parser.add_argument("--meta-dropout", type=float, default=None,
+                        help="(c): dropout during meta-training (default: the static LM's 0.2)")
+    parser.add_argument("--select-every", type=int, default=5,
+                        help="evaluate valid every N extra / meta-steps (and at step 0) and keep the best "
+                             "weights, for (a) and (c) alike (0: keep the last)")
     parser.add_argument("--out", default=str(REPO / "runs" / "dynamical_wikitext2.section.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -105,40 +133,79 @@ def main(argv: list[str] | None = None) -> int:
 
     train_rows, valid_rows, test_rows = encode(train_docs), encode(valid_docs), encode(test_docs)
     train_batches = lambda epoch: [b.to(device) for b in batch_documents(train_rows, spec, args.batch_size, seed=epoch)]
-    valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.batch_size, seed=None)]
-    test = [b.to(device) for b in batch_documents(test_rows, spec, args.batch_size, seed=None)]
+    valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.eval_batch_size, seed=None)]
+    test = [b.to(device) for b in batch_documents(test_rows, spec, args.eval_batch_size, seed=None)]
     tokens = {name: sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows)
               for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))}
     print(f"data: {tokens} target tokens, vocab {spec.output_size}", flush=True)
 
     meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
+    # the training objective, measured in eval mode (no dropout) on the first 2 x --batch-size articles
+    probe_rows = train_rows[: 2 * args.batch_size]
+    train_probe = [b.to(device) for b in batch_documents(probe_rows, spec, 1, seed=None)]
 
-    def extra_training(model, optimizer, cfg, gate_steps=None):
+    def extra_training(model, optimizer, cfg, gate_steps=None, curve=None, batch_size=None):
         """``--meta-steps`` more document batches (epoch seeds 100, 101, ...), one train_step each;
-        ``gate_steps`` receives each step's gate statistics (the dynamical LM)."""
+        ``gate_steps`` receives each step's gate statistics (the dynamical LM). With
+        ``--select-every N`` the model is evaluated on valid (and on ``train_probe``) at step 0
+        and every N steps; it ends with the weights of the best valid ppl (step 0 included), and
+        ``curve`` receives ``(step, train-probe ppl, valid ppl, train_step loss)`` rows."""
         nonlocal meta_batches
-        step, epoch = 0, 0
-        while step < args.meta_steps:
-            for batch in train_batches(100 + epoch):
+        batch_size = batch_size or args.batch_size
+        total = args.meta_steps * args.batch_size // batch_size  # the same number of documents
+        every = max(1, args.select_every * args.batch_size // batch_size)
+        step, epoch, losses = 0, 0, []
+        best = [float("inf"), 0, None]  # valid ppl, step, state dict
+
+        def checkpoint_on_valid():
+            v = evaluate(model, valid)["ppl"]
+            per_doc = [evaluate(model, [b]) for b in train_probe]  # one article per batch (eval batch 1)
+            tr = math.exp(sum(m["loss"] * m["tokens"] for m in per_doc) / sum(m["tokens"] for m in per_doc))
+            doc_mean = sum(m["loss"] for m in per_doc) / len(per_doc)  # what a step of a whole article minimises
+            recent = sum(losses[-every:]) / len(losses[-every:]) if losses else float("nan")
+            if curve is not None:
+                curve.append((step, tr, v, recent, doc_mean))
+            print(f"  step {step}: train-probe ppl {tr:.2f} (mean loss per article {doc_mean:.4f}) valid ppl {v:.2f} "
+                  f"train_step loss {recent:.3f}", flush=True)
+            if v < best[0]:
+                best[:] = [v, step, copy.deepcopy(model.state_dict())]
+
+        if args.select_every:
+            checkpoint_on_valid()
+        while step < total:
+            for batch in batch_documents(train_rows, spec, batch_size, seed=100 + epoch):
+                batch = batch.to(device)
                 out = train_step(model, batch, optimizer, cfg)
-                if gate_steps is not None:
-                    gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
+                losses.append(out["loss"])
+                gates = {k: v for k, v in out.items() if k.startswith("gate_")}
+                if gate_steps is not None and gates:  # a short document may end before its first update
+                    gate_steps.append(gates)
                 step += 1
-                if step >= args.meta_steps:
+                if args.select_every and (step % every == 0 or step >= total):
+                    checkpoint_on_valid()
+                if step >= total:
                     break
             epoch += 1
-        meta_batches = step
+        meta_batches = step * batch_size // args.batch_size
+        if args.select_every:
+            model.load_state_dict(best[2])
+        return best[1]
 
     # (a) static LM: theta_0 after fit, then the extra batches on theta alone (the budget (c) gets)
     model_cfg = ModelConfig.from_dict(dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden,
                                            num_layers=1, dropout=0.2, embedding="word"))
     static = RNNLM(model_cfg, spec).to(device)
     train_cfg = TrainConfig(lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
-                            early_stopping_patience=0)
-    fit(static, train_batches, lambda: valid, train_cfg)
+                            early_stopping_patience=args.patience)
+    fitted = fit(static, train_batches, lambda: valid, train_cfg, hooks=FitHooks(restore_best=True))
+    print(f"theta_0: epoch {fitted['best_epoch']} of {fitted['epochs_run']} (best valid ppl)", flush=True)
     theta_0 = copy.deepcopy(static.state_dict())  # (c) starts here
-    meta_cfg = train_cfg.replace(bptt_sentences=2)
-    extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg)
+    meta_cfg = train_cfg.replace(bptt_sentences=2)  # (a)'s extra training
+    static_curve = []
+    static_pick = 0
+    if not args.freeze_theta:
+        static_pick = extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg,
+                                     curve=static_curve, batch_size=args.meta_batch_size)
     results = {}
     results["static"] = [timed_eval(lambda: evaluate(static, valid)), timed_eval(lambda: evaluate(static, test))]
     print("static", [(m["ppl"], speed) for m, speed in results["static"]], flush=True)
@@ -154,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # (c) meta-learned dynamical LM, theta from theta_0 (before (a)'s extra batches), its rule
     # started at dynamic evaluation of the output layer of theta_0 (eta / lambda on validation)
-    dyn_cfg = model_cfg.replace(type="dynamical", dynamical=dict(
-        fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
+    meta_dropout = model_cfg.dropout if args.meta_dropout is None else args.meta_dropout
+    dyn_cfg = model_cfg.replace(type="dynamical", dropout=meta_dropout, dynamical=dict(
+        fast_params=args.fast_params.split(","), meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
         meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
     dynamical.lm.load_state_dict(theta_0)
@@ -173,8 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     check = dynamic_evaluate(dynamical.lm, test, init_cfg, stats_0, names=output_names)
     print("dynamical at init", [(m["ppl"], speed) for m, speed in results["init"]],
           "output-layer dynamic evaluation", check["ppl"], flush=True)
-    gate_steps = []
-    extra_training(dynamical, torch.optim.Adam(dynamical.param_groups(META_THETA_LR)), meta_cfg, gate_steps)
+    gate_steps, meta_curve = [], []
+    groups = dynamical.param_groups(META_THETA_LR)
+    if args.freeze_theta:
+        groups = [g for g in groups if g["name"] != "lm"]
+        for p in dynamical.lm.parameters():
+            p.requires_grad_(False)
+    meta_pick = extra_training(dynamical, torch.optim.Adam(groups), meta_cfg.replace(bptt_sentences=args.meta_bptt),
+                               gate_steps, meta_curve,
+                               batch_size=args.meta_batch_size)
+    for p in dynamical.lm.parameters():
+        p.requires_grad_(True)
     results["dynamical"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
     print("dynamical", [(m["ppl"], speed) for m, speed in results["dynamical"]], flush=True)
     total = time.perf_counter() - t_start
@@ -188,12 +265,18 @@ def main(argv: list[str] | None = None) -> int:
         f"Budget: first {args.train_articles} train articles, first {args.eval_articles} valid / test articles, "
         f"each cut to its first {args.max_lines or 'all'} paragraphs; target tokens {tokens}; vocabulary "
         f"{spec.output_size} (words off the {args.vocab_size}-word list are `<unk>`). LSTM 1x{args.hidden}, "
-        f"{args.static_epochs} epochs (lr 3e-3) give theta_0. Same theta budget for all three: (c) starts "
-        f"from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr {args.meta_lr:g}) for "
-        f"{meta_batches} batches of {args.batch_size} articles; (a) is theta_0 trained on theta alone for the "
-        f"same {meta_batches} batches at lr {META_THETA_LR:g} (fresh Adam, as for (c)), and (b) uses (a)'s "
-        f"weights. (c): fast output layer, segment {args.segment_len} tokens, K={args.unroll_steps}, linear "
-        f"gates, {'first' if args.first_order else 'second'}-order meta-gradients; its rule starts as dynamic evaluation of theta_0's output layer with eta={init_cfg.lr:g}, "
+        f"the best valid epoch ({fitted['best_epoch']} of {fitted['epochs_run']} run, at most {args.static_epochs}, lr 3e-3) gives theta_0; evaluation batches of {args.eval_batch_size} article(s). Same theta budget for all three: "
+        + (f"theta stays theta_0 for (a), (b) and (c); (c) meta-trains phi alone (lr {args.meta_lr:g}) "
+           if args.freeze_theta else
+           f"(c) starts from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr {args.meta_lr:g}) "
+           f"jointly; (a) is theta_0 trained on theta alone on the same documents at lr {META_THETA_LR:g} "
+           f"(fresh Adam, as for (c)), and (b) uses (a)'s weights; (a) and (c) ")
+        + f"read the {meta_batches * args.batch_size} documents of {meta_batches} batches of {args.batch_size} "
+        f"in batches of {args.meta_batch_size} (one Adam step per chunk of {args.meta_bptt} paragraphs for (c), 2 for (a)). Valid ppl every {args.select_every} batches of {args.batch_size} "
+        f"(and at step 0) picks the weights kept, for (a) and (c) alike. "
+        f"(c): fast weights {args.fast_params}, segment {args.segment_len} tokens, K={args.unroll_steps}, "
+        f"meta-training chunks of {args.meta_bptt} paragraphs, linear "
+        f"gates, {'first' if args.first_order else 'second'}-order meta-gradients; its rule starts as dynamic evaluation of theta_0's {args.fast_params} weights with eta={init_cfg.lr:g}, "
         f"lambda={init_cfg.decay:g} (picked on validation over the same grid; row (c0)). Dynamic evaluation "
         f"(b), all weights: eta x lambda grid {{{', '.join(f'{e:g}' for e in DYNEVAL_ETAS)}}} x "
         f"{{{', '.join(f'{d:g}' for d in DYNEVAL_LAMBDAS)}}} on validation, best eta={best_cfg.lr:g}, "
@@ -205,23 +288,32 @@ def main(argv: list[str] | None = None) -> int:
     ]
     base_speed = results["static"][1][1]
     for name, label in (("static", "(a) static LSTM"), ("dyneval", "(b) static + dynamic evaluation"),
-                        ("init", "(c0) dynamical LM before meta-training (= output-layer dynamic evaluation of theta_0)"),
+                        ("init", f"(c0) dynamical LM before meta-training (= dynamic evaluation of theta_0's {args.fast_params} weights)"),
                         ("dynamical", "(c) meta-learned dynamical LM")):
         (v, _), (t, speed) = results[name]
         lines.append(f"| {label} | {v['ppl']:.2f} | {t['ppl']:.2f} | {speed:.0f} | {speed / base_speed:.2f}x |")
     fmt_grid = lambda g: ", ".join(f"eta={p['eta']:g}/lambda={p['lambda']:g}: {p['ppl']:.2f}" for p in g)  # noqa: E731
     first, last = gate_steps[0], gate_steps[-1]
-    lines += ["", f"Check (c0): `dynamic_evaluate` of theta_0's output layer with the same rule gives test ppl "
+    lines += ["", f"Check (c0): `dynamic_evaluate` of theta_0's {args.fast_params} weights with the same rule gives test ppl "
               f"{check['ppl']:.4f} (row (c0): {results['init'][1][0]['ppl']:.4f}).",
               "", "(b) grid (valid ppl): " + fmt_grid(grid),
-              "", "(c0) grid, output layer of theta_0 (valid ppl): " + fmt_grid(init_grid),
+              "", f"(c0) grid, {args.fast_params} weights of theta_0 (valid ppl): " + fmt_grid(init_grid),
               "", "Gates during meta-training (mean / std over coordinates and updates), first -> last step: "
               f"input {first['gate_input_mean']:.3f}/{first['gate_input_std']:.3f} -> "
               f"{last['gate_input_mean']:.3f}/{last['gate_input_std']:.3f}, forget "
               f"{first['gate_forget_mean']:.3f}/{first['gate_forget_std']:.3f} -> "
               f"{last['gate_forget_mean']:.3f}/{last['gate_forget_std']:.3f}.",
-              "", "Dynamic evaluation reads each article alone (batch 1, weights reset per article), so its "
-              "speed is not comparable to the batched (a)/(c)."]
+              "", f"(c) meta-training: theta {'frozen at theta_0' if args.freeze_theta else f'trained at lr {META_THETA_LR:g}'}, "
+              f"dropout {meta_dropout:g}; " + (f"kept step {meta_pick} of {meta_batches * args.batch_size // args.meta_batch_size} (best valid; (a) kept step "
+              f"{static_pick}). Curve (step: train-probe ppl / valid ppl, eval mode; train-probe = the first "
+              f"{sum(b.batch_size for b in train_probe)} training articles): "
+              + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, *_ in meta_curve)
+              + ". Mean loss per train-probe article (the objective of a meta-step over one whole article): "
+              + ", ".join(f"{st}: {dm:.4f}" for st, _, _, _, dm in meta_curve)
+              + ". (a)'s curve: " + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, *_ in static_curve)
+              if args.select_every else "the last step is kept") + ".",
+              "", f"Dynamic evaluation reads each article alone (batch 1, weights reset per article); (a) and (c) "
+              f"are evaluated in batches of {args.eval_batch_size}."]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -42,7 +42,9 @@ segment's token count at the update).
 
 Evaluation needs gradients, so the class sets ``needs_grad_at_eval = True`` (the evaluate loop
 then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached
-and the update itself runs under ``torch.no_grad`` (no graph). Dynamic evaluation of this model
+and the update itself runs under ``torch.no_grad`` (no graph); with a fast output layer only, the
+segment's gradient is computed in closed form too (``(softmax - onehot)^T h``, no autograd at all,
+see :func:`_output_layer_nll_and_grads`). Dynamic evaluation of this model
 (:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on top of theta_hat) sets
 ``graph_at_eval = True`` meanwhile: the eval-mode logits then keep their graph to theta (the RNN
 state is still detached at every chunk, so that gradient is truncated there, and theta_hat's
@@ -113,6 +115,7 @@ class DynamicalLM(nn.Module):
     needs_grad_at_eval = True
     needs_whole_sentences = False  # a sentence may be read in pieces (the segment carries)
     graph_at_eval = False  # eval outputs keep their graph to theta (dynamic evaluation sets it)
+    closed_form_grad_at_eval = True  # a fast output layer's eval gradient without autograd (False: autograd)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -235,6 +238,10 @@ class DynamicalLM(nn.Module):
         training = self.training
         keep_graph = training or self.graph_at_eval  # the outputs' graph to theta
         create_graph = training and not self.settings.first_order
+        # At evaluation the gradient of a fast output layer has a closed form (see
+        # _output_layer_nll_and_grads): no graph, no backward pass through vmap.
+        closed_form = (self.closed_form_grad_at_eval and not keep_graph
+                       and set(state.fast) <= {"output.weight", "output.bias"})
         fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
         lm_state, grad = state.lm, dict(state.grad)
         seg_loss, seg_tokens, seg_pos, unrolled = state.segment_loss, state.segment_tokens, state.segment_pos, state.unrolled
@@ -243,12 +250,17 @@ class DynamicalLM(nn.Module):
         while pos < length:
             take = min(self.settings.segment_len - seg_pos, length - pos)
             chunk = slice_columns(batch, pos, pos + take)
-            logits, hidden, lm_state = self._score(chunk, lm_state, fast)
-            nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
             names = list(fast)
-            grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
-                                        retain_graph=keep_graph,
-                                        allow_unused=True)
+            if closed_form:  # eval, fast output layer only: no autograd at all
+                with torch.no_grad():
+                    logits, hidden, lm_state = self._score(chunk, lm_state, fast)
+                    nll, grads = _output_layer_nll_and_grads(logits, hidden, chunk.targets, chunk.mask, names)
+            else:
+                logits, hidden, lm_state = self._score(chunk, lm_state, fast)
+                nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
+                grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
+                                            retain_graph=keep_graph,
+                                            allow_unused=True)
             for name, g in zip(names, grads):
                 if g is not None:  # the first chunk of a segment starts from zeros: no add needed
                     grad[name] = g if seg_pos == 0 else grad[name] + g
@@ -364,6 +376,30 @@ def _segment_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
         logits = logits.float()
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, L]
     return (nll * mask.to(nll.dtype)).sum(dim=1)
+
+
+def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor,
+                                mask: torch.Tensor, names: list[str]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Summed NLL per document ``[B]`` and its gradient w.r.t. a fast output layer, in closed form.
+
+    For ``logits = h W^T + b`` (no dropout: evaluation) ``d nll / d logits = (softmax - onehot) *
+    mask`` (``dlogits [B, l, V]``), so ``dW[b] = dlogits[b]^T h[b]`` (``[B, V, H]``, one ``bmm``) and
+    ``db[b] = sum_l dlogits[b, l]`` (``[B, V]``): what ``torch.autograd.grad`` of
+    :func:`_segment_nll` gives, without a graph. ``names`` orders the result (``output.weight`` /
+    ``output.bias``).
+    """
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, l, V]
+    weights = mask.to(log_probs.dtype)  # [B, l]
+    index = targets.unsqueeze(-1)  # [B, l, 1]
+    nll = -(log_probs.gather(-1, index).squeeze(-1) * weights).sum(dim=1)  # [B]
+    dlogits = log_probs.exp_()  # softmax, in place (the gather above copied what it needs)
+    dlogits.scatter_add_(-1, index, torch.full_like(index, -1.0, dtype=dlogits.dtype))
+    dlogits.mul_(weights.unsqueeze(-1))
+    grads = {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden.to(dlogits.dtype)),  # [B, V, H]
+             "output.bias": dlogits.sum(dim=1)}  # [B, V]
+    return nll, [grads[name].to(hidden.dtype) for name in names]
 
 
 def _buffer_key(name: str) -> str:
