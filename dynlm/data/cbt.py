@@ -40,6 +40,13 @@ def file_class(path: str) -> str:
     return _FILE_CLASS.get(match.group(1), "other") if match else "other"
 
 
+def file_split(path: str) -> str | None:
+    """The split a CBT file name gives (``cbtest_NE_valid_2000ex.txt`` -> ``valid``), else None."""
+    parts = PurePath(path).name.removesuffix(".txt").split("_")
+    split = parts[2] if len(parts) > 2 and _FILE.match(PurePath(path).name) else None
+    return split if split in ("train", "valid", "test") else None
+
+
 def _blocks(lines: list[bytes]) -> Iterator[tuple[int, list[bytes]]]:
     """(first line number, lines) of each run of non-blank lines."""
     block: list[bytes] = []
