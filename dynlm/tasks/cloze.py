@@ -81,6 +81,9 @@ class ClozeTask(Task):
     def load_preprocessor(self, text: str) -> Preprocessor:
         return Preprocessor.from_json(text)
 
+    def derive_preprocessor(self, preprocessor: Preprocessor, data_cfg: ClozeDataConfig) -> Preprocessor:
+        return preprocessor.with_gamma(data_cfg.gamma)  # same encoding, another short list
+
     def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
         return [("quarantined questions", f"{counts['quarantined']:,d}")]
 

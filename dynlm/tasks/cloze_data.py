@@ -28,7 +28,7 @@ from dynlm import storage
 from dynlm.config import ConfigError
 from dynlm.data import cbt, cmrc
 from dynlm.data.bpe import SubwordTokenizer
-from dynlm.data.config import CorpusConfig
+from dynlm.data.config import _NOT_HASHED, CorpusConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import Quarantined
 from dynlm.data.split import assign_split, file_split
@@ -48,7 +48,7 @@ PAYLOAD_COLUMNS = ("document", "query", "candidates")
 ENCODED_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string()), pa.field("source_file", pa.string()), pa.field("answer", pa.string()),
     pa.field("answer_class", pa.string()),
-    pa.field("answer_oov", pa.bool_()),  # the answer has no own word embedding (off the short list)
+    pa.field("answer_word_id", pa.int32()),  # 0 when unknown; OOV (no own embedding): <unk> or off the short list
     pa.field("answer_index", pa.int32()),  # in candidates
     pa.field("candidates", _STRINGS),  # the CBT list, or the document's word types in order of first occurrence
     pa.field("doc_word_ids", _INTS), pa.field("doc_subword_ids", _INTS), pa.field("doc_subword_lengths", _INTS),
@@ -87,6 +87,11 @@ class ClozeDataConfig(CorpusConfig):
             raise ConfigError("data.vocab_size must be >= 1, data.bpe_merges >= 0 and data.gamma in [0, 1]")
         if not (0 <= self.valid_fraction and 0 <= self.test_fraction and self.valid_fraction + self.test_fraction < 1):
             raise ConfigError("data.valid_fraction and data.test_fraction must be >= 0 and sum to < 1")
+
+    def encoding_hash(self, length: int = 16) -> str:
+        """``data_hash`` without ``gamma``: the short list is applied in the model's input layer
+        (and to the OOV flag at collate time), so folders of another gamma share their shards."""
+        return self._hash(exclude=(*_NOT_HASHED, "gamma"), length=length)
 
     def keeps_file(self, relative_path: str) -> bool:
         """CMRC ``*.doc_query[.gz]`` / ``*.answer`` and CBT ``cbtest_*.txt`` files."""
@@ -179,7 +184,7 @@ def encode_question(preprocessor: Preprocessor, record: dict) -> dict:
     answer = record["answer"]
     answer_id = preprocessor.vocabulary.id(answer)
     return {"answer": answer, "answer_index": index.get(answer, -1), "candidates": candidates,
-            "answer_oov": bool(answer) and (answer_id == UNK_ID or answer_id >= preprocessor.spec.shortlist_size),
+            "answer_word_id": answer_id if answer else 0,
             "doc_word_ids": doc["word_ids"], "doc_subword_ids": doc["subword_ids"],
             "doc_subword_lengths": doc["subword_lengths"], "doc_in_query": [int(t in in_query) for t in document],
             "candidate_of_token": [index.get(t, -1) for t in document], "query_word_ids": qry["word_ids"],
@@ -266,7 +271,8 @@ def collate_questions(rows: list[dict], spec: VocabSpec) -> QuestionBatch:
                          candidate_of_token=_padded([row["candidate_of_token"] for row in rows], -1, width),
                          candidate_mask=_padded([[1] * len(row["candidates"]) for row in rows], 0).bool(),
                          answer=torch.tensor([row["answer_index"] for row in rows], dtype=torch.long))
-    return QuestionBatch(inputs, [row["answer_class"] for row in rows], [bool(row["answer_oov"]) for row in rows],
+    oov = [row["answer_word_id"] == UNK_ID or row["answer_word_id"] >= spec.shortlist_size for row in rows]
+    return QuestionBatch(inputs, [row["answer_class"] for row in rows], oov,
                          [list(row["candidates"]) for row in rows])
 
 
@@ -274,7 +280,7 @@ def inactive_row() -> dict:
     """An encoded row with one padding token and no known answer: no loss, no metric."""
     return {"doc_word_ids": [0], "doc_subword_ids": [0], "doc_subword_lengths": [1], "doc_in_query": [0],
             "candidate_of_token": [-1], "query_word_ids": [0], "query_subword_ids": [0], "query_subword_lengths": [1],
-            "candidates": [""], "answer_index": -1, "answer": "", "answer_oov": False, "answer_class": ""}
+            "candidates": [""], "answer_index": -1, "answer": "", "answer_word_id": 0, "answer_class": ""}
 
 
 def batch_questions(rows, spec: VocabSpec, batch_size: int, *, sort_by_length: bool = True, seed: int | None = 0):

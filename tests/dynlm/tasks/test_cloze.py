@@ -13,7 +13,7 @@ from dynlm.data.synthetic_cloze import synthetic_cbt_text, write_synthetic_cbt
 from dynlm.models.ga_reader import GAReaderConfig
 from dynlm.serving import InputError
 from dynlm.tasks import get_task
-from dynlm.tasks.cloze_data import ClozeDataConfig
+from dynlm.tasks.cloze_data import ClozeDataConfig, collate_questions
 from dynlm.tasks.cloze_metrics import ClozeMetrics
 from dynlm.tasks.local import files_table, prepare_in_memory
 
@@ -46,7 +46,8 @@ def test_prepare_splits_by_question_quarantines_and_encodes(tmp_path):
     assert len(rows) == 60 + 1 + 1 and done.split_rule == "hash"
     assert {len(done.splits[s]) for s in ("train", "valid", "test")} != {0}
     toy = next(r for r in rows if r["doc_id"] == "toy/qid_0")
-    assert toy["candidates"] == ["甲", "乙", "丙", "。"] and toy["answer_index"] == 0 and toy["answer_oov"]
+    assert toy["candidates"] == ["甲", "乙", "丙", "。"] and toy["answer_index"] == 0
+    assert collate_questions([toy], done.preprocessor.spec).answer_oov == [True]
     assert toy["candidate_of_token"] == [0, 1, 2, 3] and toy["doc_in_query"] == [0, 1, 1, 1]
     assert len(toy["doc_subword_lengths"]) == 4 and sum(toy["doc_subword_lengths"]) == len(toy["doc_subword_ids"])
     assert toy["answer_class"] == "other"
@@ -121,3 +122,17 @@ def test_served_model_answers_questions_and_refuses_bad_ones(tmp_path):
                         ({"text": ["a"]}, "unknown input column")]:
         with pytest.raises(InputError, match=reason):
             TASK.serve(model, model.cfg, done.preprocessor.spec, done.preprocessor, bad)
+
+
+def test_another_gamma_shares_the_encoding_and_moves_the_oov_flags(tmp_path):
+    write_synthetic_cbt(tmp_path, 40, seed=6)
+    cfg = ClozeDataConfig(inputs=[str(tmp_path)], bpe_merges=10, gamma=1.0)
+    other = cfg.replace(gamma=0.1)
+    assert cfg.encoding_hash() == other.encoding_hash() and cfg.data_hash() != other.data_hash()
+    done = prepare_in_memory(TASK, files_table(cfg.input_files()), cfg)
+    derived = TASK.derive_preprocessor(done.preprocessor, other)
+    direct = prepare_in_memory(TASK, files_table(cfg.input_files()), other)
+    assert derived.to_json() == direct.preprocessor.to_json() and direct.rows() == done.rows()
+    rows = done.splits["train"]
+    assert sum(collate_questions(rows, done.preprocessor.spec).answer_oov) == 0  # gamma 1: every train word listed
+    assert sum(collate_questions(rows, derived.spec).answer_oov) > 0
