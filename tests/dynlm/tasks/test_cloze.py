@@ -136,3 +136,15 @@ def test_another_gamma_shares_the_encoding_and_moves_the_oov_flags(tmp_path):
     rows = done.splits["train"]
     assert sum(collate_questions(rows, done.preprocessor.spec).answer_oov) == 0  # gamma 1: every train word listed
     assert sum(collate_questions(rows, derived.spec).answer_oov) > 0
+
+
+def test_real_cmrc_cloze_set_is_split_by_document(cmrc_dir):
+    files = [cmrc_dir / "cloze.valid.doc_query.gz", cmrc_dir / "cloze.valid.answer"]
+    cfg = ClozeDataConfig(inputs=[str(p) for p in files], bpe_merges=200, gamma=0.9)
+    done = prepare_in_memory(TASK, files_table(files), cfg)
+    sizes = {split: len(rows) for split, rows in done.splits.items()}
+    assert done.rejected() == [] and sum(sizes.values()) == 2000
+    assert 1300 < sizes["train"] < 1500 and 120 < sizes["valid"] < 280 and 320 < sizes["test"] < 480
+    first = next(r for r in done.rows() if r["doc_id"] == "cloze.valid/qid_0")
+    assert first["candidates"][first["answer_index"]] == "啄木鸟" and "XXXXX" not in first["candidates"]
+    assert done.preprocessor.subwords.num_merges == 200
