@@ -13,7 +13,7 @@ Models: the gated-attention reader (:mod:`dynlm.models.ga_reader`, K = 3) with t
 the held-back cloze questions, the BPE-merge sweep and the γ sweep. Each run reports accuracy
 overall and on OOV-answer questions (answer without its own word embedding).
 
-Usage (default ~40 min on a shared 2-core CPU at load 5, 1 torch thread; ``--quick``: ~10 min)::
+Usage (default: 44 min on a shared 2-core CPU at load 6-10, 1 torch thread; ``--quick``: ~10 min)::
 
     python benchmarks/reproduce_saw.py
     python benchmarks/reproduce_saw.py --quick
