@@ -79,3 +79,13 @@ def litbank_dir() -> Path:
 @pytest.fixture(scope="session")
 def wikitext_dir() -> Path:
     return _shared("wikitext-2")
+
+
+@pytest.fixture(scope="session")
+def cmrc_dir() -> Path:
+    return _shared("cmrc2017")
+
+
+@pytest.fixture(scope="session")
+def cbt_dir() -> Path:
+    return _shared("cbt_sample")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import importlib
 
 from dynlm.tasks.base import Task
+from dynlm.tasks.cloze import ClozeTask
 from dynlm.tasks.lm import LMTask
 from dynlm.tasks.naming import NamingTask
 
-TASKS: dict[str, type[Task]] = {"lm": LMTask, "naming": NamingTask}
+TASKS: dict[str, type[Task]] = {"lm": LMTask, "naming": NamingTask, "cloze": ClozeTask}
 DEFAULT_TASK = "lm"
 
 

@@ -1,5 +1,6 @@
 """``dynlm data synth``: write the embedded synthetic discourse corpus as CoNLL files;
-``dynlm data synth-code``: the synthetic Python corpus of the naming task."""
+``dynlm data synth-code``: the synthetic Python corpus of the naming task;
+``dynlm data cloze``: a CBT-style cloze corpus from any corpus (a Ray Data job)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ def register(subparsers) -> None:
     code.add_argument("--num-files", type=int, default=40, help="files to generate")
     code.add_argument("--seed", type=int, default=0, help="generator seed")
     code.set_defaults(func=run_synth_code)
+    cloze = sub.add_parser(
+        "cloze", help="build a CBT-style cloze corpus from any corpus (Ray Data)",
+        description="Cloze questions from a corpus the LM task reads (CoNLL with gold coreference, plain "
+                    "text): 20 context sentences, the next one as the query with one answerable word blanked; "
+                    "cbtest_<class>_<split>.txt files, split by document. Input of "
+                    "`dynlm prepare --task cloze --set data.named_splits=true`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    cloze.add_argument("--input", required=True, nargs="+", help="corpus files or folders")
+    cloze.add_argument("--out", required=True, help="folder to write cbtest_*.txt into")
+    cloze.add_argument("--seed", type=int, default=0, help="which word of each query is blanked")
+    cloze.add_argument("--candidates", type=int, default=10, help="candidates per question")
+    cloze.add_argument("--valid-fraction", type=float, default=0.1)
+    cloze.add_argument("--test-fraction", type=float, default=0.2)
+    cloze.set_defaults(func=run_cloze)
 
 
 def run_synth(args: argparse.Namespace) -> int:
@@ -48,4 +64,16 @@ def run_synth_code(args: argparse.Namespace) -> int:
 
     paths = write_code_corpus(SynthCodeConfig(num_files=args.num_files, seed=args.seed), args.out)
     print(f"wrote {len(paths)} Python files to {args.out}")
+    return 0
+
+
+def run_cloze(args: argparse.Namespace) -> int:
+    from dynlm.data.config import DataConfig
+    from pipelines.cloze_builder import build_cloze_corpus
+
+    counts = build_cloze_corpus(DataConfig(inputs=list(args.input)), args.out, seed=args.seed,
+                                num_candidates=args.candidates, valid_fraction=args.valid_fraction,
+                                test_fraction=args.test_fraction)
+    print(f"wrote {sum(counts.values())} cloze questions in {len(counts)} files to {args.out}: "
+          + ", ".join(f"{name} {n}" for name, n in counts.items()))
     return 0

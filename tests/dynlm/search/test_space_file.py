@@ -153,3 +153,12 @@ def test_base_task_switches_to_that_tasks_sections():
         from_mapping({**raw, "search": {"model.dntm.merge_fn": {"choice": ["gru"]}}}, base_job=default_job())
     with pytest.raises(SearchSpaceError, match="task 'nope'"):
         from_mapping({**raw, "base": {"task": "nope"}}, base_job=default_job())
+
+
+def test_saw_space_has_the_paper_axes():
+    space = load_search_space(REPO / "tune_spaces" / "saw.yaml", base_job=default_job())
+    assert space.base.task == "cloze" and space.base.get_task().primary_metric == "error"
+    assert space.search["data.bpe_merges"] == {"choice": [0, 1000, 2000, 5000, 10000, 20000]}
+    assert space.search["data.gamma"] == {"uniform": [0.1, 1.0]}
+    assert space.search["model.combine"] == {"choice": ["concat", "sum", "mul"]}
+    assert space.base.model.embedding == "word+subword" and space.expected_trials() == 24
