@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,10 @@ def mlflow_uri(tmp_path, monkeypatch):
 
 @pytest.fixture
 def s3_bucket(monkeypatch):
-    """A moto S3 server on 127.0.0.1 with an empty bucket ``dynlm``; yields ``s3://dynlm/prepared``.
+    """A moto S3 server on 127.0.0.1 with a new, empty bucket; yields ``s3://<bucket>/prepared``.
+
+    The bucket's name is new for every test: moto keeps its buckets in process-global state,
+    which outlives one server, so a fixed name would show a later test what an earlier one wrote.
 
     pyarrow reaches it through the AWS environment variables (set for this test only). Skipped
     without the dev extra (moto[server]).
@@ -59,8 +63,9 @@ def s3_bucket(monkeypatch):
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
                        "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
         monkeypatch.setenv(key, value)
-    boto3.client("s3").create_bucket(Bucket="dynlm")
-    yield "s3://dynlm/prepared"
+    bucket = f"dynlm-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/prepared"
     server.stop()
 
 

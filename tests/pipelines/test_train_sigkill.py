@@ -76,7 +76,7 @@ def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tm
     assert resumed.keys() == straight.keys()
     assert all(torch.equal(resumed[key], straight[key]) for key in resumed), "resumed weights differ"
 
-    client = MlflowClient(uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # not a registry URI another test set
     version = client.get_model_version_by_alias("dynlm-dntm", "champion")
     run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
     assert version.run_id == run_id  # the killed run's MLflow run, continued and registered

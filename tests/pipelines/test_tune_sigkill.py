@@ -69,7 +69,8 @@ def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_pat
     returncode, text = _tune(tmp_path, killed_tmp, "--space", str(space), "--name", "killed",
                              kill_at="tune:trial_finished")
     assert returncode == -signal.SIGKILL, (returncode, text[-3000:])
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
 
     def runs(status: str | None = None) -> list:
