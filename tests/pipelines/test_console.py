@@ -52,6 +52,9 @@ def restored_logging(monkeypatch):
     saved = (list(root.handlers), root.level)
     libraries = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
                  for name in console.LIBRARY_LOGGERS}
+    # An earlier test's configure_output (through the CLI) left logging "capturing" while pytest
+    # has since restored warnings.showwarning: captureWarnings(True) would then install nothing.
+    logging.captureWarnings(False)
     yield
     for handler in root.handlers:
         if handler not in saved[0]:

@@ -81,6 +81,6 @@ def test_a_task_missing_a_member_cannot_be_built():
 
     with pytest.raises(TypeError, match="evaluate"):
         NoEvaluate()
-    with pytest.raises(ValueError, match=r"unknown task 'chars' \(known: lm, naming, or package.module:Class\)"):
+    with pytest.raises(ValueError, match=rf"unknown task 'chars' \(known: {', '.join(sorted(TASKS))}, or package.module:Class\)"):
         get_task("chars")
     assert isinstance(CharMetrics().as_tensor(), torch.Tensor)
