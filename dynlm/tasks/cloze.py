@@ -30,15 +30,8 @@ from dynlm.tasks.cloze_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUM
                                     QuestionBatch, batch_questions, collate_questions, count_train, encode_question,
                                     fit_preprocessor, inactive_row, parse_files)
 from dynlm.tasks.cloze_metrics import ClozeMetrics
+from dynlm.training import model_device, unwrap_model
 from dynlm.vocab_spec import VocabSpec
-
-
-def _core(model):
-    return getattr(model, "module", model)
-
-
-def _device(model) -> torch.device:
-    return next(_core(model).parameters()).device
 
 
 def _cell(value: float) -> str:
@@ -110,12 +103,12 @@ class ClozeTask(Task):
 
     def train_step(self, model, batch: QuestionBatch, optimizer, train_cfg, *, scheduler=None) -> dict:
         model.train()
-        inputs = batch.to(_device(model)).inputs
+        inputs = batch.to(model_device(model)).inputs
         optimizer.zero_grad(set_to_none=True)
         loss, nll_sum, count = self.loss(model(inputs), inputs)
         loss.backward()
         if train_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(_core(model).parameters(), train_cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(unwrap_model(model).parameters(), train_cfg.grad_clip)
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
@@ -123,9 +116,9 @@ class ClozeTask(Task):
                 "documents": count, "steps": 1}
 
     def evaluate(self, model, batches) -> dict:
-        core = _core(model)
+        core = unwrap_model(model)
         core.eval()
-        metrics, device = ClozeMetrics(), _device(model)
+        metrics, device = ClozeMetrics(), model_device(model)
         with torch.no_grad():
             for batch in batches:
                 inputs = batch.inputs.to(device)
@@ -168,10 +161,10 @@ class ClozeTask(Task):
                                                      "candidates": candidates, "answer": ""})
             rows.append({**encoded, "answer_class": ""})
         batch = collate_questions(rows, spec)
-        core = _core(model)
+        core = unwrap_model(model)
         core.eval()
         with torch.no_grad():
-            log_probs = core(batch.inputs.to(_device(model))).cpu()
+            log_probs = core(batch.inputs.to(model_device(model))).cpu()
         best = log_probs.argmax(dim=1).tolist()
         return [{"row": i, "answer": batch.candidates[i][k], "probability": math.exp(float(log_probs[i, k]))}
                 for i, k in enumerate(best)]
