@@ -1,11 +1,21 @@
 """Training throughput (tokens/s) of the language models vs a bare nn.LSTM + Linear loop.
 
-All variants train on the same synthetic document batches (truncated BPTT over sentences, one
-optimizer step per chunk), so the ratios show the cost of the library's batching, packing,
-locked dropout and (for the DNTM) the entity memory. Run::
+All variants train on the same document batches (one optimizer step per truncated-BPTT chunk),
+so the ratios show the cost of the library's batching, packing, locked dropout and (for the
+DNTM) the entity memory. Run::
 
-    python benchmarks/bench_models.py              # CPU, 1 thread
+    python benchmarks/bench_models.py              # synthetic documents, CPU, 1 thread
     python benchmarks/bench_models.py --device cuda --threads 0
+    python benchmarks/bench_models.py --corpus litbank      # real, ragged documents (../shared/data)
+    python benchmarks/bench_models.py --corpus wikitext2
+
+``--corpus litbank|wikitext2`` (issue 11) trains on real documents, whose ragged sentences the
+synthetic ones hide, in both batch layouts (sentence lockstep, ``train.bptt_tokens=0``; chunks
+of ``--chunk-tokens`` positions, :class:`dynlm.data.batching.ChunkLayout`), against the
+**plain-stream reference**: a pytorch/examples-style LSTM LM of the same size (embedding ->
+dropout -> LSTM -> dropout -> linear) over the same tokens concatenated into one stream,
+``--stream-batch`` columns x ``--chunk-tokens`` tokens a step. Targets there: RNNLM (chunks)
+>= 0.9x the plain stream, DNTM both/gru (chunks) >= 0.5x the RNNLM (chunks), padding <= 0.1.
 
 Targets: baseline RNNLM >= 0.9x the bare loop; DNTM dynamic=both/gru >= 0.4x the baseline.
 
@@ -102,8 +112,176 @@ def bare_train(model: BareLM, batch: DocumentBatch, optimizer, bptt: int, device
     return batch.num_tokens
 
 
+class PlainStreamLM(nn.Module):
+    """The plain-stream reference (pytorch/examples word_language_model): no per-document state,
+    no masks, one fused LSTM call per step."""
+
+    def __init__(self, vocab: int, embed_dim: int, hidden_dim: int, num_layers: int, dropout: float):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed_dim)
+        self.drop = nn.Dropout(dropout)
+        self.rnn = nn.LSTM(embed_dim, hidden_dim, num_layers, dropout=dropout if num_layers > 1 else 0.0,
+                           batch_first=True)
+        self.decoder = nn.Linear(hidden_dim, vocab)
+
+    def forward(self, tokens, hidden):
+        out, hidden = self.rnn(self.drop(self.embedding(tokens)), hidden)
+        return self.decoder(self.drop(out)), hidden
+
+
+def plain_stream_train(model: PlainStreamLM, stream: torch.Tensor, optimizer, bptt: int, device) -> int:
+    """One pass over ``stream [B, T]`` in steps of ``bptt`` tokens (Adam, clip 0.25, state detached)."""
+    hidden, tokens = None, 0
+    for start in range(0, stream.size(1) - 1, bptt):
+        end = min(start + bptt, stream.size(1) - 1)
+        inputs, targets = stream[:, start:end].to(device), stream[:, start + 1 : end + 1].to(device)
+        optimizer.zero_grad(set_to_none=True)
+        logits, hidden = model(inputs, hidden)
+        nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        optimizer.step()
+        hidden = tuple(h.detach() for h in hidden)
+        tokens += targets.numel()
+    return tokens
+
+
+def corpus_rows(args) -> tuple[VocabSpec, list[dict]]:
+    """Encoded real documents: LitBank (anonymized, gold chains) or WikiText-2 articles, sentences
+    as the corpus has them (no cutting), the first ``--max-sentences`` of each document."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.corpus == "litbank":
+        from reproduce_dntm import DEFAULT_DATA, load_litbank
+
+        ns = argparse.Namespace(data_dir=Path(args.data_dir or DEFAULT_DATA), max_chains=args.entities,
+                                vocab_size=args.vocab, split_seed=0, valid_fraction=0.1, test_fraction=0.1,
+                                max_sentence_len=0, max_sentences=args.max_sentences)
+        pre, splits, _ = load_litbank(ns)
+        return pre.spec, [row for split in ("train", "valid", "test") for row in splits[split]]
+    from collections import Counter
+
+    from dynlm.data.config import DataConfig
+    from dynlm.data.preprocessor import Preprocessor
+    from reproduce_dynamical import DATA, read_articles
+
+    docs = read_articles("train", args.max_docs, Path(args.data_dir or DATA))
+    for doc in docs:
+        doc["sentences"] = doc["sentences"][: args.max_sentences] if args.max_sentences else doc["sentences"]
+    counts = Counter(w for d in docs for s in d["sentences"] for w in s)
+    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=args.vocab, gamma=1.0,
+                                                    bpe_merges=0, max_chains=1))
+    return pre.spec, [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
+                      for d in docs]
+
+
+def run_corpus(args, device) -> None:
+    """Real documents: plain stream vs RNNLM / DNTM in both layouts (see the module docstring)."""
+    from dynlm.data.batching import ChunkLayout
+    from dynlm.models import needs_whole_sentences
+
+    spec, rows = corpus_rows(args)
+    rows = rows[: args.max_docs]
+    warm_rows = [dict(r, sentence_lengths=r["sentence_lengths"][:3], num_tokens=None,
+                      **_first_tokens(r, sum(r["sentence_lengths"][:3]))) for r in rows[: args.batch_size]]
+    sizes = dict(embed_dim=args.embed_dim, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
+                 dropout=args.dropout)
+    models = {"RNNLM": ModelConfig(type="rnn", **sizes)}
+    for merge_fn in args.merge_fns.split(","):
+        models[f"DNTM both/{merge_fn}"] = ModelConfig(type="dntm", dntm=DNTMSettings(dynamic="both", merge_fn=merge_fn),
+                                                      **sizes)
+    variants: dict[str, tuple[callable, list, list]] = {}
+    padding: dict[str, float] = {}
+    collate_rate: dict[str, float] = {}
+    for model_name, model_cfg in models.items():
+        for layout_name, layout, cfg in (
+                ("lockstep", None, TrainConfig(lr=1e-3, bptt_sentences=args.bptt)),
+                ("chunks", ChunkLayout(args.chunk_tokens, whole_sentences=needs_whole_sentences(model_cfg)),
+                 TrainConfig(lr=1e-3, bptt_tokens=args.chunk_tokens))):
+            started = time.perf_counter()
+            timed = list(batch_documents(rows, spec, args.batch_size, seed=0, layout=layout))
+            seconds = time.perf_counter() - started
+            key = f"{layout_name}{'' if layout is None or not layout.whole_sentences else ', whole sentences'}"
+            padding[key] = sum(b.num_padded for b in timed) / sum(b.num_padded + b.num_tokens for b in timed)
+            collate_rate[key] = sum(b.num_tokens for b in timed) / seconds
+            warm = list(batch_documents(warm_rows, spec, args.batch_size, seed=0, layout=layout))
+            torch.manual_seed(0)
+            model = build_model(model_cfg, spec).to(device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            variants[f"{model_name} ({layout_name})"] = (
+                lambda b, model=model, optimizer=optimizer, cfg=cfg: train_step(model, b, optimizer, cfg)["tokens"],
+                warm, timed)
+    # The plain stream reads the same target tokens: every document's inputs, concatenated.
+    stream = torch.tensor([w for r in rows for w, n in _inputs(r)], dtype=torch.long)
+    columns = stream.numel() // args.stream_batch
+    stream = stream[: columns * args.stream_batch].view(args.stream_batch, columns)
+    torch.manual_seed(0)
+    plain = PlainStreamLM(spec.output_size, args.embed_dim, args.hidden_dim, args.num_layers, args.dropout).to(device)
+    plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-3)
+    plain_name = f"plain stream ({args.stream_batch} x {args.chunk_tokens})"
+    variants = {plain_name: (lambda b: plain_stream_train(plain, b, plain_opt, args.chunk_tokens, device),
+                             [stream[:, : 4 * args.chunk_tokens + 1]], [stream]), **variants}
+    best = time_variants(variants, args.rounds, device)
+    print(f"corpus={args.corpus} documents={len(rows)} tokens={sum(b.num_tokens for b in variants['RNNLM (chunks)'][2]):,} "
+          f"device={device} threads={torch.get_num_threads()} vocab={spec.output_size} E={args.embed_dim} "
+          f"H={args.hidden_dim} layers={args.num_layers} batch={args.batch_size} documents, lockstep bptt={args.bptt} "
+          f"sentences, chunks of {args.chunk_tokens} tokens")
+    base, rnn = best[plain_name], best["RNNLM (chunks)"]
+    print(f"| variant | tokens/s | x plain stream | x RNNLM (chunks) |\n|---|---|---|---|")
+    for name, rate in best.items():
+        print(f"| {name} | {rate:,.0f} | {rate / base:.2f} | {rate / rnn:.2f} |")
+    print("\n| layout | padding fraction | collate tokens/s |\n|---|---|---|")
+    for key in padding:
+        print(f"| {key} | {padding[key]:.3f} | {collate_rate[key]:,.0f} |")
+
+
+def _inputs(row: dict):
+    """(input word id, 1) of every input position of an encoded row (each sentence but its <eos>)."""
+    pos = 0
+    for n in row["sentence_lengths"]:
+        for w in row["word_ids"][pos : pos + n - 1]:
+            yield w, 1
+        pos += n
+
+
+def _first_tokens(row: dict, n: int) -> dict:
+    """The per-token columns of ``row`` cut to its first ``n`` tokens (a warm-up document)."""
+    sub_lengths = list(row["subword_lengths"][:n])
+    return {"word_ids": list(row["word_ids"][:n]), "entity_ids": list(row["entity_ids"][:n]),
+            "subword_lengths": sub_lengths, "subword_ids": list(row["subword_ids"][: sum(sub_lengths)])}
+
+
+def time_variants(variants: dict, rounds: int, device) -> dict[str, float]:
+    """Best tokens/s of each ``name -> (run, warm-up batches, timed batches)``, round robin."""
+    for run, warm, _ in variants.values():
+        for b in warm:
+            run(b)
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, (run, _, timed) in variants.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            tokens = sum(run(b) for b in timed)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            rate = tokens / (time.perf_counter() - started)
+            best[name] = max(best.get(name, 0.0), rate)
+            print(f"  {name}: {rate:,.0f} tokens/s", flush=True)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=["synthetic", "litbank", "wikitext2"], default="synthetic")
+    parser.add_argument("--data-dir", default=None, help="the corpus folder (default: ../shared/data/<corpus>)")
+    parser.add_argument("--max-docs", type=int, default=32, help="real corpora: documents timed")
+    parser.add_argument("--max-sentences", type=int, default=40, help="real corpora: first N sentences of each (0: all)")
+    parser.add_argument("--chunk-tokens", type=int, default=35, help="real corpora: chunk layout / plain stream step")
+    parser.add_argument("--stream-batch", type=int, default=16, help="plain stream: columns")
+    parser.add_argument("--dropout", type=float, default=0.3, help="real corpora")
+    parser.add_argument("--merge-fns", default="gru", help="real corpora: DNTM merges (comma list)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave default)")
     parser.add_argument("--vocab", type=int, default=10000)
@@ -121,6 +299,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.corpus != "synthetic":
+        run_corpus(args, device)
+        return
     spec = VocabSpec(num_words=args.vocab, num_entities=args.entities, shortlist_size=int(args.vocab * 0.9),
                      num_subwords=1000)
     rows = synthetic_rows(spec, args.batch_size * (args.batches + 1), args.sentences, args.tokens)
@@ -151,18 +332,7 @@ def main() -> None:
             variants[f"DNTM both/{merge_fn}"] = lm_variant(
                 ModelConfig(type="dntm", dntm=DNTMSettings(dynamic="both", merge_fn=merge_fn), **sizes))
 
-    for run in variants.values():  # warm up allocators / first-call costs
-        run(warmup)
-    best: dict[str, float] = {}
-    for _ in range(args.rounds):
-        for name, run in variants.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            started = time.perf_counter()
-            tokens = sum(run(b) for b in timed)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            best[name] = max(best.get(name, 0.0), tokens / (time.perf_counter() - started))
+    best = time_variants({name: (run, [warmup], timed) for name, run in variants.items()}, args.rounds, device)
 
     base = best["bare nn.LSTM+Linear"]
     rnn = best["RNNLM (word)"]

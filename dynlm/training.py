@@ -46,7 +46,11 @@ class TrainConfig(Config):
     lr: float = 2e-3
     epochs: int = 5
     batch_size: int = 16  # documents per batch
-    bptt_sentences: int = 4  # sentences per truncated-BPTT chunk (one optimizer step)
+    bptt_sentences: int = 4  # sentences per truncated-BPTT chunk (one optimizer step), when bptt_tokens is 0
+    # > 0: documents are read in chunks of this many input positions (dynlm.data.batching.ChunkLayout;
+    # whole sentences for a model that needs them), one optimizer step per chunk, no padding between
+    # sentences; 0: sentence lockstep (every sentence of the batch padded to the longest), bptt_sentences a step
+    bptt_tokens: int = 0
     grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
     weight_decay: float = 0.0
     lr_schedule: Literal["constant", "cosine", "plateau"] = "cosine"
@@ -61,9 +65,14 @@ class TrainConfig(Config):
         for name in ("epochs", "batch_size", "bptt_sentences"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("grad_clip", "weight_decay", "warmup_steps", "early_stopping_patience"):
+        for name in ("grad_clip", "weight_decay", "warmup_steps", "early_stopping_patience", "bptt_tokens"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def steps_per_chunk(cfg: TrainConfig) -> int:
+    """Batch steps per truncated-BPTT chunk (optimizer step): 1 in the chunk layout, else ``bptt_sentences``."""
+    return 1 if cfg.bptt_tokens > 0 else cfg.bptt_sentences
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -90,9 +99,11 @@ def train_step(
     *,
     scheduler=None,
 ) -> dict:
-    """Train on one document batch with truncated BPTT over ``cfg.bptt_sentences`` sentences.
+    """Train on one document batch with truncated BPTT: one optimizer step per chunk.
 
-    For each chunk of sentence steps: one forward over the chunk, loss = summed token NLL /
+    A chunk is one step of a batch built with a :class:`~dynlm.data.batching.ChunkLayout`
+    (``cfg.bptt_tokens > 0``), or ``cfg.bptt_sentences`` sentence steps of a lockstep batch.
+    For each chunk: one forward over the chunk, loss = summed token NLL /
     tokens (+ aux losses), backward, clip to ``cfg.grad_clip``, optimizer step, scheduler step,
     then the state is detached and carried to the next chunk.
 
@@ -117,8 +128,9 @@ def train_step(
     count_total = torch.zeros((), dtype=torch.long, device=device)
     grad_norms, gate_stats = [], []
     steps = 0
-    for start in range(0, len(batch.sentences), cfg.bptt_sentences):
-        chunk = [s.to(device, non_blocking=True) for s in batch.sentences[start : start + cfg.bptt_sentences]]
+    stride = steps_per_chunk(cfg)
+    for start in range(0, len(batch.sentences), stride):
+        chunk = [s.to(device, non_blocking=True) for s in batch.sentences[start : start + stride]]
         optimizer.zero_grad(set_to_none=True)
         outputs, state = model(chunk, state)  # one forward per chunk (DDP.join needs that)
         loss, nll_sum, count = chunk_loss(outputs, chunk)

@@ -266,14 +266,15 @@ def train_fn_per_worker(config: dict) -> dict | None:
     batch_size = per_worker_batch_size(cfg.batch_size, world)
     buffer_rows = batch_size * SORT_BUFFER_BATCHES
     train_shard = ray.train.get_dataset_shard("train")
+    layout = task.batch_layout(cfg, job.model)  # the LM: sentence lockstep or chunks of train.bptt_tokens
 
     def train_batches(epoch: int):
         return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
-                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows)
+                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows, layout=layout)
 
     def valid_batches():  # small: every rank streams it and evaluates its rows (no Ray Dataset)
         rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
-        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows)
+        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=layout)
 
     def on_epoch(epoch: int, record: dict) -> None:
         # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so
@@ -313,7 +314,12 @@ def estimate_total_steps(prepared: PreparedData, job: JobConfig) -> int:
     """Optimizer steps of the whole run, for the cosine schedule (the same on every rank)."""
     if prepared.num_documents("train") == 0:
         raise ValueError(f"{prepared.root}: the train split holds no documents")
-    return job.get_task().steps_per_epoch(prepared, job.train, job.run.num_workers) * job.train.epochs
+    return _steps_per_epoch(job, prepared) * job.train.epochs
+
+
+def _steps_per_epoch(job: JobConfig, prepared: PreparedData) -> int:
+    task = job.get_task()
+    return task.steps_per_epoch(prepared, job.train, job.run.num_workers, layout=task.batch_layout(job.train, job.model))
 
 
 def _has_ray_run(run_dir: str) -> bool:
@@ -529,7 +535,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
         if tune_callback:  # a Tune trial: Tune reports progress
             result = build_trainer(job, prepared, name, settings, tune_callback=True).fit()
         else:
-            steps_per_epoch = job.get_task().steps_per_epoch(prepared, job.train, job.run.num_workers)
+            steps_per_epoch = _steps_per_epoch(job, prepared)
             with TrainingConsole(job.train.epochs, steps_per_epoch) as training_console:
                 settings = settings.replace(progress_relay=training_console.relay_name)
                 result = build_trainer(job, prepared, name, settings).fit()

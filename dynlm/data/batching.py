@@ -1,9 +1,24 @@
-"""Batches of whole documents, processed sentence by sentence in lockstep.
+"""Batches of whole documents, read in steps: sentence by sentence, or in chunks of tokens.
 
-A :class:`DocumentBatch` holds B encoded documents (rows of ``ENCODED_SCHEMA``). Step t is a
-:class:`SentenceBatch` with sentence t of every document, padded to the longest one; documents
-with fewer sentences are inactive (all padding) at the later steps. Input tokens are
-``sentence[:-1]`` and targets ``sentence[1:]`` (every sentence is ``<bos> ... <eos>``).
+A :class:`DocumentBatch` holds B encoded documents (rows of ``ENCODED_SCHEMA``) as a list of
+steps, each a :class:`SentenceBatch` (``[B, L]`` tensors, one row per document). Input tokens
+are ``sentence[:-1]`` and targets ``sentence[1:]`` of every sentence (``<bos> ... <eos>``), so a
+document is the stream of its sentences' (input, target) pairs. Two layouts cut that stream
+into steps:
+
+* **sentence lockstep** (``layout=None``): step t is sentence t of every document, padded to the
+  longest one; documents with fewer sentences are inactive (all padding) at the later steps.
+  Ragged real sentences make this wasteful (LitBank: ~54 % padding at 16 documents a batch).
+* **chunks** (:class:`ChunkLayout`): step t is the t-th chunk of about ``tokens`` consecutive
+  input positions of every document, across sentence ends, so an LM reads a document as a plain
+  stream LM does (one recurrent pass per chunk, padding only at the end of a row). With
+  ``whole_sentences`` a chunk ends at a sentence end (the DNTM merges a sentence's mentions
+  after the whole sentence): sentences are packed greedily while the chunk stays within
+  ``tokens`` positions; a longer sentence is a chunk of its own.
+
+Both give every target the same context: the state is carried from step to step, and a
+sentence's positions inside a row are named by ``sentence_id`` / ``sentence_pos`` (see
+:class:`SentenceBatch`), which is all a model that works per sentence needs.
 
 ``target_kind`` flags each target position for the paper metrics (bits may combine):
 
@@ -45,12 +60,12 @@ MENTION_BINS: tuple[tuple[int, int, int | None], ...] = (
 )
 
 # Tensors that stay on the CPU in SentenceBatch.to(device) (pack_padded_sequence wants CPU lengths).
-_CPU_FIELDS = ("lengths", "subword_lengths")
+_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid")
 
 
 @dataclass
 class SentenceBatch:
-    """One sentence step of B documents.
+    """One step of B documents: a sentence of each (sentence lockstep) or a chunk of each.
 
     Attributes:
         tokens: ``[B, L]`` long input ids (sentence[:-1]), ``pad_id`` at padding.
@@ -70,6 +85,13 @@ class SentenceBatch:
         subword_ids: ``[U, S]`` long BPE ids of the unique words, ``spec.subword_pad_id`` padded.
         subword_lengths: ``[U]`` long number of subwords (>= 1); kept on CPU.
         token_to_unique: ``[B, L]`` long index into the unique words (0 at padding).
+        sentence_id: ``[B, L]`` long index of each position's sentence among the sentences of
+            its row in this step (0, 1, ...; 0 at padding and everywhere in sentence lockstep).
+        sentence_pos: ``[B, L]`` long position inside that sentence, counted from the first of
+            its positions in this step (0 at padding).
+        sentence_grid: ``[2]`` long ``(S, P)``: every row has at most S sentences in this step and
+            no sentence more than P positions (upper bounds; kept on CPU). A model that works per
+            sentence scatters ``[B, L]`` into ``[B, S, P]`` with ``sentence_id * P + sentence_pos``.
     """
 
     tokens: torch.Tensor
@@ -87,6 +109,9 @@ class SentenceBatch:
     subword_ids: torch.Tensor
     subword_lengths: torch.Tensor
     token_to_unique: torch.Tensor
+    sentence_id: torch.Tensor
+    sentence_pos: torch.Tensor
+    sentence_grid: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -114,31 +139,96 @@ class DocumentBatch:
         doc_ids: the B document ids.
         num_tokens: real target positions in the batch.
         num_padded: padded target positions (``sum_t B * L_t - num_tokens``), to log padding waste.
+        layout: the :class:`ChunkLayout` the steps were cut by, None for sentence lockstep.
     """
 
     sentences: list[SentenceBatch]
     doc_ids: list[str]
     num_tokens: int
     num_padded: int
+    layout: "ChunkLayout | None" = None
 
     @property
     def batch_size(self) -> int:
         return len(self.doc_ids)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "DocumentBatch":
-        return DocumentBatch(
-            [s.to(device, non_blocking) for s in self.sentences], self.doc_ids, self.num_tokens, self.num_padded
-        )
+        return DocumentBatch([s.to(device, non_blocking) for s in self.sentences], self.doc_ids, self.num_tokens,
+                             self.num_padded, self.layout)
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    """Read documents in chunks of about ``tokens`` input positions (see the module docstring).
+
+    Attributes:
+        tokens: input positions per document per step (>= 1), the truncated-BPTT length.
+        whole_sentences: cut only at sentence ends (greedy packing; a longer sentence is a chunk
+            of its own), for a model that reads a sentence as a whole (``needs_whole_sentences``).
+    """
+
+    tokens: int
+    whole_sentences: bool = False
+
+    def __post_init__(self):
+        if self.tokens < 1:
+            raise ValueError(f"ChunkLayout: tokens must be >= 1, got {self.tokens}")
+
+
+def chunk_spans(sentence_lengths, layout: ChunkLayout) -> list[tuple[int, int]]:
+    """The ``[start, end)`` input positions of each chunk of one document.
+
+    Args:
+        sentence_lengths: tokens per sentence including ``<bos>``/``<eos>`` (a sentence of n tokens
+            has n - 1 input positions).
+        layout: the chunk layout.
+
+    Returns:
+        Consecutive spans covering the document's input positions, e.g. sentences of 4, 3, 6
+        tokens (3 + 2 + 5 = 10 positions) at ``tokens=5``: ``[(0, 5), (5, 10)]``; with
+        ``whole_sentences``: ``[(0, 5), (5, 10)]`` too (3 + 2 fit, then 5), at ``tokens=4``:
+        ``[(0, 3), (3, 5), (5, 10)]``.
+    """
+    positions = [int(n) - 1 for n in sentence_lengths]
+    total = sum(positions)
+    if not layout.whole_sentences:
+        return [(a, min(a + layout.tokens, total)) for a in range(0, total, layout.tokens)]
+    spans, start, end = [], 0, 0
+    for n in positions:
+        if end > start and end - start + n > layout.tokens:
+            spans.append((start, end))
+            start = end
+        end += n
+    if end > start:
+        spans.append((start, end))
+    return spans
+
+
+def num_steps(sentence_lengths, layout: ChunkLayout | None) -> int:
+    """Steps a document of ``sentence_lengths`` takes: its sentences, or its chunks."""
+    return len(sentence_lengths) if layout is None else len(chunk_spans(sentence_lengths, layout))
 
 
 @dataclass
 class _Document:
+    """One document as its stream of input positions (``sentence[:-1]`` of every sentence, in
+    order) with everything a step needs per position; a step is a span of it."""
+
     doc_id: str
-    sentences: list[np.ndarray]  # word ids per sentence incl. <bos>/<eos>
-    entities: list[np.ndarray]  # entity ids per sentence
-    kinds: list[np.ndarray]  # target kinds per sentence (length n - 1)
-    entities_seen: list[np.ndarray]  # chains seen up to each input position, per sentence (length n - 1)
-    subwords: list[list[tuple[int, ...]]]  # subword ids per token, per sentence
+    sentence_lengths: np.ndarray  # tokens per sentence incl. <bos>/<eos>
+    inputs: np.ndarray  # [N] input word ids
+    targets: np.ndarray  # [N] target word ids
+    entity_ids: np.ndarray  # [N] chain of each input token (0: none)
+    target_entity_ids: np.ndarray  # [N] chain of each target
+    kinds: np.ndarray  # [N] KIND_* bits of each target
+    entities_seen: np.ndarray  # [N] chains seen up to and including each input token
+    unique_keys: np.ndarray  # [N] batch-wide id of each input token's (word, segmentation)
+    sentence_index: np.ndarray  # [N] sentence of each input position (0-based in the document)
+    sentence_offset: np.ndarray  # [N] position inside its sentence
+
+    def sentence_spans(self) -> list[tuple[int, int]]:
+        ends = np.cumsum(self.sentence_lengths - 1)
+        return [(int(a), int(b)) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
 
 
 def _array(row: dict, key: str, doc_id: str) -> np.ndarray:
@@ -166,8 +256,11 @@ def mentions_before(entity_ids: np.ndarray) -> np.ndarray:
     return before
 
 
-def _parse_row(row: dict, spec: VocabSpec) -> _Document:
-    """Validate one encoded row and split it into sentences with target kinds."""
+def _parse_row(row: dict, spec: VocabSpec, unique: dict) -> _Document:
+    """Validate one encoded row and turn it into its stream of input positions with target kinds.
+
+    ``unique`` maps (word id, subword ids) to a batch-wide id; new pairs are added to it.
+    """
     doc_id = str(row.get("doc_id", "?"))
     lengths = _array(row, "sentence_lengths", doc_id)
     words = _array(row, "word_ids", doc_id)
@@ -218,91 +311,117 @@ def _parse_row(row: dict, spec: VocabSpec) -> _Document:
 
     sub_bounds = np.concatenate([[0], np.cumsum(sub_lengths)])
     sub_list = sub_ids.tolist()
-    token_subwords = [tuple(sub_list[sub_bounds[i] : sub_bounds[i + 1]]) for i in range(total)]
+    word_list = words.tolist()
+    input_pos = target_pos - 1  # [N] every position but each sentence's <eos>
+    keys = np.fromiter((unique.setdefault((word_list[i], tuple(sub_list[sub_bounds[i]: sub_bounds[i + 1]])), len(unique))
+                        for i in input_pos.tolist()), dtype=np.int64, count=len(input_pos))
     seen = np.maximum.accumulate(entities)  # ids follow first appearance: the max is the number of chains seen
+    sentence_index = np.repeat(np.arange(len(lengths)), lengths - 1)
     return _Document(
         doc_id=doc_id,
-        sentences=[words[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
-        entities=[entities[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
-        kinds=[kinds[bounds[i] + 1 : bounds[i + 1]] for i in range(len(lengths))],
-        entities_seen=[seen[bounds[i] : bounds[i + 1] - 1] for i in range(len(lengths))],
-        subwords=[token_subwords[bounds[i] : bounds[i + 1]] for i in range(len(lengths))],
+        sentence_lengths=lengths,
+        inputs=words[input_pos],
+        targets=words[target_pos],
+        entity_ids=entities[input_pos],
+        target_entity_ids=entities[target_pos],
+        kinds=kinds[target_pos],
+        entities_seen=seen[input_pos],
+        unique_keys=keys,
+        sentence_index=sentence_index,
+        sentence_offset=input_pos - bounds[sentence_index],
     )
 
 
-def _sentence_step(docs: list[_Document], step: int, spec: VocabSpec) -> SentenceBatch:
+# Per-position arrays of a _Document and the SentenceBatch field each fills.
+_STREAM_FIELDS = (("inputs", "tokens"), ("targets", "targets"), ("entity_ids", "entity_ids"),
+                  ("target_entity_ids", "target_entity_ids"), ("kinds", "target_kind"),
+                  ("entities_seen", "entities_seen"))
+
+
+def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_keys: list, spec: VocabSpec,
+          *, new_doc: list[bool], doc_end: list[bool]) -> SentenceBatch:
+    """The step that reads ``docs[b]``'s input positions ``spans[b]`` (None: inactive row)."""
     batch_size = len(docs)
-    lengths = [len(d.sentences[step]) - 1 if step < len(d.sentences) else 0 for d in docs]
+    lengths = [0 if span is None else span[1] - span[0] for span in spans]
     width = max(lengths)
-    tokens = np.full((batch_size, width), spec.pad_id, dtype=np.int64)
-    targets = np.full((batch_size, width), spec.pad_id, dtype=np.int64)
-    entity_ids = np.zeros((batch_size, width), dtype=np.int64)
-    target_entity_ids = np.zeros((batch_size, width), dtype=np.int64)
-    target_kind = np.zeros((batch_size, width), dtype=np.int64)
-    entities_seen = np.zeros((batch_size, width), dtype=np.int64)
-    token_to_unique = np.zeros((batch_size, width), dtype=np.int64)
-    unique: dict[tuple[int, tuple[int, ...]], int] = {}
-    for b, (doc, n) in enumerate(zip(docs, lengths)):
-        if n == 0:
+    arrays = {field: np.full((batch_size, width), spec.pad_id if field in ("tokens", "targets") else 0, dtype=np.int64)
+              for _, field in _STREAM_FIELDS}
+    keys = np.full((batch_size, width), -1, dtype=np.int64)
+    sentence_id = np.zeros((batch_size, width), dtype=np.int64)
+    sentence_pos = np.zeros((batch_size, width), dtype=np.int64)
+    for b, (doc, span) in enumerate(zip(docs, spans)):
+        if span is None or span[0] == span[1]:
             continue
-        words, ents = doc.sentences[step], doc.entities[step]
-        tokens[b, :n], targets[b, :n] = words[:-1], words[1:]
-        entity_ids[b, :n], target_entity_ids[b, :n] = ents[:-1], ents[1:]
-        target_kind[b, :n] = doc.kinds[step]
-        entities_seen[b, :n] = doc.entities_seen[step]
-        subwords = doc.subwords[step]
-        for i in range(n):
-            key = (int(words[i]), subwords[i])
-            token_to_unique[b, i] = unique.setdefault(key, len(unique))
-    keys = list(unique)
-    max_sub = max(len(k[1]) for k in keys)
-    subword_ids = np.full((len(keys), max_sub), spec.subword_pad_id, dtype=np.int64)
-    for u, (_, segs) in enumerate(keys):
+        a, e = span
+        n = e - a
+        for source, field in _STREAM_FIELDS:
+            arrays[field][b, :n] = getattr(doc, source)[a:e]
+        keys[b, :n] = doc.unique_keys[a:e]
+        index = doc.sentence_index[a:e]
+        sentence_id[b, :n] = index - index[0]
+        # the first sentence may have started in the previous step: count from its first position here
+        sentence_pos[b, :n] = doc.sentence_offset[a:e] - np.where(index == index[0], doc.sentence_offset[a], 0)
+    real = keys >= 0
+    step_keys, inverse = np.unique(keys[real], return_inverse=True)  # [U] batch-wide ids of this step
+    if len(step_keys) == 0:
+        step_keys = np.zeros(1, dtype=np.int64)  # an all-inactive step keeps one (unused) unique word
+    token_to_unique = np.zeros((batch_size, width), dtype=np.int64)
+    token_to_unique[real] = inverse
+    segmentations = [unique_keys[k] for k in step_keys.tolist()]
+    subword_ids = np.full((len(segmentations), max(len(seg) for _, seg in segmentations)), spec.subword_pad_id,
+                          dtype=np.int64)
+    for u, (_, segs) in enumerate(segmentations):
         subword_ids[u, : len(segs)] = segs
     lengths_t = torch.tensor(lengths, dtype=torch.int64)
     positions = torch.arange(width).unsqueeze(0)
+    grid = (int(sentence_id.max()) + 1 if width else 1, int(sentence_pos.max()) + 1 if width else 1)
     return SentenceBatch(
-        tokens=torch.from_numpy(tokens),
-        targets=torch.from_numpy(targets),
+        **{field: torch.from_numpy(array) for field, array in arrays.items()},
         mask=positions < lengths_t.unsqueeze(1),
         lengths=lengths_t,
-        entity_ids=torch.from_numpy(entity_ids),
-        target_entity_ids=torch.from_numpy(target_entity_ids),
-        target_kind=torch.from_numpy(target_kind),
-        entities_seen=torch.from_numpy(entities_seen),
         doc_active=lengths_t > 0,
-        new_doc=torch.full((batch_size,), step == 0, dtype=torch.bool),
-        doc_end=torch.tensor([len(d.sentences) == step + 1 for d in docs], dtype=torch.bool),
-        unique_words=torch.tensor([k[0] for k in keys], dtype=torch.int64),
+        new_doc=torch.tensor(new_doc, dtype=torch.bool),
+        doc_end=torch.tensor(doc_end, dtype=torch.bool),
+        unique_words=torch.tensor([word for word, _ in segmentations], dtype=torch.int64),
         subword_ids=torch.from_numpy(subword_ids),
-        subword_lengths=torch.tensor([len(k[1]) for k in keys], dtype=torch.int64),
+        subword_lengths=torch.tensor([len(seg) for _, seg in segmentations], dtype=torch.int64),
         token_to_unique=torch.from_numpy(token_to_unique),
+        sentence_id=torch.from_numpy(sentence_id),
+        sentence_pos=torch.from_numpy(sentence_pos),
+        sentence_grid=torch.tensor(grid, dtype=torch.int64),
     )
 
 
-def collate_documents(rows: list[dict], spec: VocabSpec) -> DocumentBatch:
+def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | None = None) -> DocumentBatch:
     """Turn encoded document rows into a :class:`DocumentBatch`.
 
     Args:
         rows: dicts with the ``ENCODED_SCHEMA`` columns (lists or numpy arrays).
         spec: the vocabulary spec (for padding ids and the short list).
+        layout: None: one step per sentence (lockstep); a :class:`ChunkLayout`: one step per chunk.
 
     Returns:
         The batch; raises ``ValueError`` naming the document when a row is inconsistent.
     """
     if not rows:
         raise ValueError("collate_documents: no rows")
-    docs = [_parse_row(row, spec) for row in rows]
-    num_steps = max(len(d.sentences) for d in docs)
-    sentences = [_sentence_step(docs, t, spec) for t in range(num_steps)]
-    num_tokens = sum(s.num_tokens for s in sentences)
-    num_positions = sum(s.tokens.numel() for s in sentences)
-    return DocumentBatch(sentences, [d.doc_id for d in docs], num_tokens, num_positions - num_tokens)
+    unique: dict[tuple[int, tuple[int, ...]], int] = {}
+    docs = [_parse_row(row, spec, unique) for row in rows]
+    unique_keys = list(unique)
+    spans = [doc.sentence_spans() if layout is None else chunk_spans(doc.sentence_lengths, layout) for doc in docs]
+    steps = []
+    for t in range(max(len(s) for s in spans)):
+        steps.append(_step(docs, [s[t] if t < len(s) else None for s in spans], unique_keys, spec,
+                           new_doc=[t == 0] * len(docs), doc_end=[len(s) == t + 1 for s in spans]))
+    num_tokens = sum(s.num_tokens for s in steps)
+    num_positions = sum(s.tokens.numel() for s in steps)
+    return DocumentBatch(steps, [d.doc_id for d in docs], num_tokens, num_positions - num_tokens, layout)
 
 
-def _doc_size(row: dict) -> tuple[int, int]:
+def _doc_size(row: dict, layout: ChunkLayout | None = None) -> tuple[int, int]:
+    """(steps, tokens) of a document: what batches of similar documents are sorted by."""
     lengths = row["sentence_lengths"]
-    return len(lengths), int(np.sum(lengths))
+    return num_steps(lengths, layout), int(np.sum(lengths))
 
 
 def batch_documents(
@@ -312,6 +431,7 @@ def batch_documents(
     *,
     sort_by_length: bool = True,
     seed: int | None = 0,
+    layout: ChunkLayout | None = None,
 ) -> Iterator[DocumentBatch]:
     """Group documents into batches of ``batch_size`` (the last one may be smaller).
 
@@ -323,6 +443,7 @@ def batch_documents(
             together to limit padding; the order of the batches is then shuffled.
         seed: shuffling seed (documents when not sorting, batches when sorting); None keeps
             the order (sorted, or as given).
+        layout: the steps' layout (:func:`collate_documents`); sorting is by steps, then tokens.
 
     Yields:
         :class:`DocumentBatch` objects.
@@ -332,14 +453,14 @@ def batch_documents(
     rows = list(rows)
     rng = random.Random(seed)
     if sort_by_length:
-        rows.sort(key=_doc_size)
+        rows.sort(key=lambda row: _doc_size(row, layout))
     elif seed is not None:
         rng.shuffle(rows)
     groups = [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
     if sort_by_length and seed is not None:
         rng.shuffle(groups)
     for group in groups:
-        yield collate_documents(group, spec)
+        yield collate_documents(group, spec, layout)
 
 
 def per_worker_batch_size(global_batch: int, world_size: int) -> int:

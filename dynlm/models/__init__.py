@@ -33,7 +33,21 @@ def build_model(cfg: ModelConfig, spec: VocabSpec) -> nn.Module:
     raise ValueError(f"build_model: unknown model.type {cfg.type!r} (expected rnn, dntm or dynamical)")
 
 
+def needs_whole_sentences(cfg: ModelConfig) -> bool:
+    """Whether ``cfg``'s model must get whole sentences per forward call (its class's
+    ``needs_whole_sentences``: the DNTM merges a sentence's mentions after reading all of it)."""
+    if cfg.type == "dntm":
+        from dynlm.models.dntm import DNTM
+
+        return DNTM.needs_whole_sentences
+    if cfg.type == "dynamical":
+        from dynlm.models.dynamical_lm import DynamicalLM
+
+        return bool(getattr(DynamicalLM, "needs_whole_sentences", False))
+    return RNNLM.needs_whole_sentences
+
+
 __all__ = [
     "DNTMSettings", "DynamicalSettings", "LMOutput", "ModelConfig", "RNNLM", "RNNState",
-    "accepts_sentence_lists", "build_model", "forward_sentences", "rnn_lm_base", "rnn_lm_small", "rnn_lm_subword_small",
+    "accepts_sentence_lists", "build_model", "forward_sentences", "needs_whole_sentences", "rnn_lm_base", "rnn_lm_small", "rnn_lm_subword_small",
 ]

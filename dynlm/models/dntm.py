@@ -157,32 +157,61 @@ class DNTM(nn.Module):
         index = entity_ids.unsqueeze(-1).expand(-1, -1, memory.size(2))  # [B, L, D]
         return torch.gather(padded, 1, index)
 
-    def forward_sentence(self, batch, state: DNTMState) -> tuple[LMOutput, DNTMState]:
-        """One sentence step.
+    def forward_step(self, batch, state: DNTMState) -> tuple[LMOutput, DNTMState]:
+        """One step: a sentence of every document, or a chunk of whole sentences of every document.
+
+        The LM's recurrent state never feeds the memory, so the step runs in three parts:
+
+        1. sentence by sentence (``s = 0 .. S-1``, batched across documents): the input vectors of
+           sentence s (static + ``W_dx d_e`` from the memory merged up to sentence s - 1, input
+           dropout), the context encoder over them and the merge of the sentence's mentions; with
+           ``dynamic="output"`` the inputs do not depend on the memory and the encoder reads all
+           sentences of the step in one call;
+        2. ONE recurrent pass over the step's positions (a chunk is read like a plain LM reads it);
+        3. the output layer, with the entity scores of each position taken against the memory
+           as it was before the position's sentence (a snapshot per sentence).
 
         Args:
-            batch: a ``SentenceBatch`` (``tokens``, ``mask``, ``lengths``, ``entity_ids`` [B, L]).
-            state: the state after the previous sentence of the same documents.
+            batch: a ``SentenceBatch`` whose rows hold whole sentences (``tokens``, ``mask``,
+                ``lengths``, ``entity_ids``, ``sentence_id`` / ``sentence_pos`` / ``sentence_grid``).
+            state: the state after the previous step of the same documents.
 
         Returns:
             ``LMOutput`` (``logits [B, L, V_out]``, ``hidden [B, L, H]``) and the state after the
-            sentence (memory updated with the sentence's mentions).
+            step (memory updated with the mentions of all its sentences).
         """
-        entity_ids = batch.entity_ids
-        if entity_ids.numel() and int(entity_ids.max()) > self.spec.num_entities:
-            raise ValueError(
-                f"DNTM: entity id {int(entity_ids.max())} exceeds spec.num_entities={self.spec.num_entities}"
-            )
-        memory = state.entities.memory  # [B, K, D], merged from the previous sentences
-        x = self.lm.embed(batch)  # [B, L, E], static b^x
-        if self.use_input:
-            x = x + self.input_proj(self._entity_vectors(memory, entity_ids))  # + W_dx d_e at mentions
-        x = self.lm.input_dropout(x)
-        hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths)  # [B, L, H]
+        entity_ids = batch.entity_ids  # [B, L]; ids <= num_entities is checked when batches are built
+        grid = _SentenceGrid(batch)
+        x_static = self.lm.embed(batch)  # [B, L, E], static b^x
+        entities = state.entities
+        snapshots = []  # memory before each sentence, [B, K, D] each
+        if self.dynamic == "none":
+            x = self.lm.input_dropout(x_static)
+        elif self.use_input:
+            x_grid, ids_grid, mask_grid = grid.scatter(x_static), grid.scatter(entity_ids), grid.mask
+            inputs = []
+            for s in range(grid.num_sentences):
+                snapshots.append(entities.memory)
+                x_s = x_grid[:, s] + self.input_proj(self._entity_vectors(entities.memory, ids_grid[:, s]))
+                x_s = self.lm.input_dropout(x_s)  # [B, P, E] (a mask per document and sentence)
+                entities = self._merge_sentence(entities, x_s, ids_grid[:, s], mask_grid[:, s])
+                inputs.append(x_s)
+            x = grid.gather(torch.stack(inputs, dim=1))  # [B, L, E]
+        else:  # output dynamics only: the inputs are static, one encoder call for every sentence
+            batch_size, num_sentences, width = grid.shape
+            x_grid = self.lm.input_dropout(grid.scatter(x_static).flatten(0, 1))  # [B * S, P, E]
+            contexts = self.context_encoder(x_grid, grid.mask.flatten(0, 1)).view(batch_size, num_sentences, width, -1)
+            ids_grid = grid.scatter(entity_ids)
+            for s in range(num_sentences):
+                snapshots.append(entities.memory)
+                entities = merge_mentions(self.merge, entities, contexts[:, s], ids_grid[:, s], grid.mask[:, s])
+            x = grid.gather(x_grid.view(batch_size, num_sentences, width, -1))
+        hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths)  # [B, L, H], one pass
         dropped = self.lm.output_dropout(hidden)
         logits = self.lm.decoder(dropped)  # [B, L, V_out], static b^y
         if self.use_output:
-            entity_scores = torch.einsum("blh,bkh->blk", dropped, self.output_proj(memory))  # h . W_dy d_e
+            memory = self.output_proj(torch.stack(snapshots, dim=1))  # [B, S, K, H]: W_dy d_e per sentence
+            entity_scores = grid.gather(torch.einsum("bsph,bskh->bspk", grid.scatter(dropped), memory))  # [B, L, K]
             if self.cfg.dntm.gate_dynamic_scores:
                 entity_scores = self.score_gate(dropped, entity_scores)
             offset = self.spec.entity_offset
@@ -190,12 +219,47 @@ class DNTM(nn.Module):
         if self.cfg.dntm.new_entity_score:
             logits = self.new_entity(logits, dropped, batch.entities_seen, self.spec.entity_offset)
         logits = self.lm.mask_entities(logits, batch)
-        entities = state.entities
-        if self.dynamic != "none":
-            contexts = self.context_encoder(x, batch.mask)  # [B, L, D]
-            entities = merge_mentions(self.merge, entities, contexts, entity_ids, batch.mask)
         return LMOutput(logits=logits, hidden=hidden), DNTMState(rnn_state, entities)
+
+    def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor):
+        """The memory after one sentence: ``x_s [B, P, E]`` its input vectors, ``ids`` / ``mask`` ``[B, P]``."""
+        return merge_mentions(self.merge, entities, self.context_encoder(x_s, mask), ids, mask)
 
     def forward(self, batch, state: DNTMState):
         """``SentenceBatch`` -> ``(LMOutput, state)``; a list of them -> ``(list[LMOutput], state)``."""
-        return forward_sentences(self.forward_sentence, batch, state)
+        return forward_sentences(self.forward_step, batch, state)
+
+
+class _SentenceGrid:
+    """The positions of a step's rows laid out per sentence: ``[B, L, ...] <-> [B, S, P, ...]``.
+
+    Position (b, l) is slot ``sentence_id * P + sentence_pos`` of row b; padding goes to one
+    spare slot that is dropped. ``(S, P)`` are the batch's ``sentence_grid`` upper bounds.
+    """
+
+    def __init__(self, batch):
+        num_sentences, width = (int(v) for v in batch.sentence_grid)
+        self.shape = (batch.tokens.size(0), num_sentences, width)
+        self.num_sentences = num_sentences
+        slots = num_sentences * width
+        index = batch.sentence_id * width + batch.sentence_pos  # [B, L]
+        self.slot = torch.where(batch.mask, index, torch.full_like(index, slots))  # padding -> spare slot
+        self.mask = self.scatter(batch.mask)  # [B, S, P] bool
+
+    def scatter(self, values: torch.Tensor) -> torch.Tensor:
+        """``[B, L, *]`` -> ``[B, S, P, *]`` (zeros where a sentence has no position)."""
+        batch_size, num_sentences, width = self.shape
+        trailing = values.shape[2:]
+        out = values.new_zeros(batch_size, num_sentences * width + 1, *trailing)
+        index = self.slot.view(*self.slot.shape, *([1] * len(trailing))).expand(*self.slot.shape, *trailing)
+        out = out.scatter(1, index, values)
+        return out[:, :-1].reshape(batch_size, num_sentences, width, *trailing)
+
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """``[B, S, P, *]`` -> ``[B, L, *]`` (zeros at padding)."""
+        batch_size, num_sentences, width = self.shape
+        trailing = values.shape[3:]
+        flat = torch.cat([values.reshape(batch_size, num_sentences * width, *trailing),
+                          values.new_zeros(batch_size, 1, *trailing)], dim=1)
+        index = self.slot.view(*self.slot.shape, *([1] * len(trailing))).expand(*self.slot.shape, *trailing)
+        return flat.gather(1, index)

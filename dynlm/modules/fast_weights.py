@@ -230,7 +230,7 @@ def fast_gru_layer(x: torch.Tensor, h: torch.Tensor, weight_ih: torch.Tensor, we
 # Per-position fields of a SentenceBatch ([B, L]) and per-document fields ([B]); the subword
 # fields (unique_words, subword_ids, subword_lengths) are shared by the batch and never sliced.
 POSITION_FIELDS = ("tokens", "targets", "mask", "entity_ids", "target_entity_ids", "target_kind",
-                   "entities_seen", "token_to_unique")
+                   "entities_seen", "token_to_unique", "sentence_id", "sentence_pos")
 DOCUMENT_FIELDS = ("doc_active", "new_doc", "doc_end")
 
 

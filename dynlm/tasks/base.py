@@ -120,14 +120,21 @@ class Task(ABC):
 
     @abstractmethod
     def batches(self, rows: Iterable[dict], spec, batch_size: int, *, sort_by_length: bool = True,
-                seed: int | None = 0) -> Iterator[Any]:
-        """Batches of ``batch_size`` records (``seed`` shuffles, None keeps the order)."""
+                seed: int | None = 0, layout: Any = None) -> Iterator[Any]:
+        """Batches of ``batch_size`` records (``seed`` shuffles, None keeps the order), laid out
+        as ``layout`` (what :meth:`batch_layout` returned) says."""
+
+    def batch_layout(self, train_cfg, model_cfg) -> Any:
+        """How a run of ``train_cfg`` and ``model_cfg`` lays its batches out, passed as ``layout``
+        to :meth:`batches` / :meth:`stream_batches` / :meth:`steps_per_epoch` (opaque to the
+        runner; default None: the task has one layout). The LM: sentence lockstep or chunks."""
+        return None
 
     def steps_per_batch(self, batch, train_cfg) -> int:
         """Optimizer steps ``train_step`` takes on ``batch`` (the cosine schedule's length)."""
         return 1
 
-    def steps_per_epoch(self, prepared, train_cfg, world_size: int) -> int:
+    def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout: Any = None) -> int:
         """Optimizer steps per rank of one epoch over ``prepared``'s train split, read from the
         Parquet metadata only (default: one step per global batch)."""
         from dynlm.data.batching import per_worker_batch_size
@@ -150,18 +157,20 @@ class Task(ABC):
         return batch
 
     def stream_batches(self, rows: Iterable[dict], spec, batch_size: int, *, seed: int,
-                       buffer_rows: int) -> Iterator[Any]:
+                       buffer_rows: int, layout: Any = None) -> Iterator[Any]:
         """Batches of a stream of rows (a Ray Data shard): ``buffer_rows`` rows at a time go
-        through :meth:`batches` (seed ``seed + k`` for the k-th buffer), so memory stays bounded."""
+        through :meth:`batches` (seed ``seed + k`` for the k-th buffer), so memory stays bounded.
+        ``layout`` is passed on when it is not None (a task with one layout need not take it)."""
+        extra = {} if layout is None else {"layout": layout}
         buffer: list[dict] = []
         chunk = 0
         for row in rows:
             buffer.append(row)
             if len(buffer) == buffer_rows:
-                yield from self.batches(buffer, spec, batch_size, seed=seed + chunk)
+                yield from self.batches(buffer, spec, batch_size, seed=seed + chunk, **extra)
                 buffer, chunk = [], chunk + 1
         if buffer:
-            yield from self.batches(buffer, spec, batch_size, seed=seed + chunk)
+            yield from self.batches(buffer, spec, batch_size, seed=seed + chunk, **extra)
 
     def wrap_for_ddp(self, model) -> Any:
         """The module DistributedDataParallel wraps on a multi-rank run: every parameter must

@@ -87,7 +87,7 @@ class ClozeTask(Task):
     def collate(self, rows, spec) -> QuestionBatch:
         return collate_questions(rows, spec)
 
-    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
+    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0, layout=None):  # one layout
         return batch_questions(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed)
 
     def pad_batch(self, batch, size: int, spec):

@@ -10,6 +10,7 @@ fit_preprocessor    :meth:`dynlm.data.preprocessor.Preprocessor.fit` (vocabulary
 encoder             :class:`dynlm.data.batch_encoder.EncodeDocuments`
 summarize           :func:`dynlm.tasks.lm_summary.lm_counts` (chains, mentions, OOV, subwords)
 collate / batches   :func:`dynlm.data.batching.collate_documents` / ``batch_documents``
+batch_layout        sentence lockstep, or chunks of ``train.bptt_tokens`` (:class:`~dynlm.data.batching.ChunkLayout`)
 lockstep            sentence steps: :func:`dynlm.distributed.pad_to_steps` / ``dummy_batch``
 build_model         :func:`dynlm.models.build_model`
 loss                :func:`dynlm.losses.chunk_loss`
@@ -37,7 +38,7 @@ from dynlm.distributed import EveryParameterUsed, dummy_batch, pad_to_steps
 from dynlm.data.word_counts import count_train_words
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
-from dynlm.models import build_model
+from dynlm.models import build_model, needs_whole_sentences
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts
@@ -90,21 +91,28 @@ class LMTask(Task):
     def collate(self, rows, spec) -> batching.DocumentBatch:
         return batching.collate_documents(rows, spec)
 
-    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
-        return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed)
+    def batch_layout(self, train_cfg, model_cfg: ModelConfig) -> batching.ChunkLayout | None:
+        """Chunks of ``train.bptt_tokens`` positions (whole sentences for the DNTM), or None
+        (sentence lockstep) when it is 0."""
+        if not train_cfg.bptt_tokens:
+            return None
+        return batching.ChunkLayout(train_cfg.bptt_tokens, whole_sentences=needs_whole_sentences(model_cfg))
+
+    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0, layout=None):
+        return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed, layout=layout)
 
     def steps_per_batch(self, batch, train_cfg) -> int:
-        return math.ceil(len(batch.sentences) / train_cfg.bptt_sentences)  # one step per BPTT chunk
+        return math.ceil(len(batch.sentences) / training.steps_per_chunk(train_cfg))  # one step per BPTT chunk
 
-    def steps_per_epoch(self, prepared, train_cfg, world_size: int) -> int:
-        """From the ``sentence_lengths`` column only: documents sorted by sentence count, cut
-        into global batches; each lockstep batch takes ceil(longest / bptt_sentences) steps."""
-        import pyarrow.compute as pc
-
+    def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout=None) -> int:
+        """From the ``sentence_lengths`` column only: documents sorted by steps (sentences, or
+        chunks of ``layout``), cut into global batches; each lockstep batch takes the steps of
+        its longest document, ``steps_per_chunk`` of them an optimizer step."""
         column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
-        counts: list[int] = sorted(pc.list_value_length(column).to_pylist())  # sentences per document
+        counts = sorted(batching.num_steps(lengths, layout) for lengths in column.to_pylist())  # steps per document
         per_step = batching.per_worker_batch_size(train_cfg.batch_size, world_size) * world_size
-        return max(1, sum(math.ceil(counts[min(i + per_step, len(counts)) - 1] / train_cfg.bptt_sentences)
+        stride = training.steps_per_chunk(train_cfg)
+        return max(1, sum(math.ceil(counts[min(i + per_step, len(counts)) - 1] / stride)
                           for i in range(0, len(counts), per_step)))
 
     def lockstep_size(self, batch) -> int:

@@ -130,7 +130,7 @@ class NamingTask(Task):
     def collate(self, rows, spec) -> FunctionBatch:
         return collate_functions(rows, spec)
 
-    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
+    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0, layout=None):  # one layout
         """Shuffled with ``seed`` (None keeps the order); ``sort_by_length`` has nothing to gain
         (a function is one prediction, its tensors are short) and is ignored."""
         return batch_functions(rows, spec, batch_size, seed=seed)

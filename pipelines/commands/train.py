@@ -98,12 +98,15 @@ def run_local(job) -> int:
     device = torch.device("cuda" if job.run.use_gpu and torch.cuda.is_available() else "cpu")
     model = task.build_model(job.model, spec).to(device)
 
+    layout = task.batch_layout(cfg, job.model)
+
     def train_batches(epoch: int):
         return task.stream_batches(prepared.iter_rows("train"), spec, cfg.batch_size,
-                                   seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows)
+                                   seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows, layout=layout)
 
     def valid_batches():
-        return task.stream_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0, buffer_rows=buffer_rows)
+        return task.stream_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0, buffer_rows=buffer_rows,
+                                   layout=layout)
 
     summary = fit(model, train_batches, valid_batches, cfg, task=task,
                   on_epoch=lambda epoch, record: print(_format_record(record), flush=True))

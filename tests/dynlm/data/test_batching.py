@@ -1,4 +1,4 @@
-"""Tests of dynlm.data.batching: lockstep sentence batches, flags, unique subwords, sorting."""
+"""Tests of dynlm.data.batching: lockstep sentence batches, chunks, flags, unique subwords, sorting."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from dynlm.data.batching import (
     KIND_REAPPEAR_2,
     KIND_REAPPEAR_3_5,
     KIND_REAPPEAR_6_PLUS,
+    ChunkLayout,
     batch_documents,
+    chunk_spans,
     collate_documents,
     mentions_before,
+    num_steps,
 )
 
 E1, E2 = 20, 21  # <unk1>, <unk2> in the tiny spec (num_words=20); short list = ids < 15
@@ -153,3 +156,68 @@ def test_rows_from_numpy_arrays(make_row, tiny_spec):
     a, b = collate_documents([row], tiny_spec), collate_documents([as_numpy], tiny_spec)
     for x, y in zip(a.sentences, b.sentences):
         assert torch.equal(x.tokens, y.tokens) and torch.equal(x.target_kind, y.target_kind)
+
+
+# ----- the chunk layout ------------------------------------------------------------------
+
+
+def test_chunk_spans_cut_anywhere_or_at_sentence_ends():
+    # sentences of 4, 3, 6 tokens: 3 + 2 + 5 = 10 input positions
+    assert chunk_spans([4, 3, 6], ChunkLayout(5)) == [(0, 5), (5, 10)]
+    assert chunk_spans([4, 3, 6], ChunkLayout(4)) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_spans([4, 3, 6], ChunkLayout(5, whole_sentences=True)) == [(0, 5), (5, 10)]
+    assert chunk_spans([4, 3, 6], ChunkLayout(4, whole_sentences=True)) == [(0, 3), (3, 5), (5, 10)]
+    assert chunk_spans([4, 3, 6], ChunkLayout(100, whole_sentences=True)) == [(0, 10)]
+    assert num_steps([4, 3, 6], None) == 3 and num_steps([4, 3, 6], ChunkLayout(4)) == 3
+    with pytest.raises(ValueError, match="tokens must be >= 1"):
+        ChunkLayout(0)
+
+
+def _stream(batch, row: int, names=("tokens", "targets", "target_kind", "entities_seen", "entity_ids")) -> dict:
+    """Every real position of one row over all steps, per field (reading order)."""
+    out = {name: [] for name in names}
+    for step in batch.sentences:
+        n = int(step.lengths[row])
+        for name in names:
+            out[name] += getattr(step, name)[row, :n].tolist()
+    return out
+
+
+@pytest.mark.parametrize("layout", [ChunkLayout(3), ChunkLayout(7), ChunkLayout(7, whole_sentences=True),
+                                    ChunkLayout(1000, whole_sentences=True)])
+def test_chunks_read_the_same_positions_as_sentence_steps(random_rows, tiny_spec, layout):
+    rows = random_rows(6, seed=4, max_sentences=6)
+    sentences = collate_documents(rows, tiny_spec)
+    chunks = collate_documents(rows, tiny_spec, layout)
+    assert chunks.num_tokens == sentences.num_tokens and chunks.layout == layout and sentences.layout is None
+    assert chunks.num_padded < sentences.num_padded  # no padding between sentences
+    for row in range(len(rows)):
+        assert _stream(chunks, row) == _stream(sentences, row)
+        lengths = [int(step.lengths[row]) for step in chunks.sentences if int(step.lengths[row])]
+        assert lengths == [e - a for a, e in chunk_spans(rows[row]["sentence_lengths"], layout)]
+    for step in chunks.sentences:  # every position's subwords are its word's
+        assert torch.equal(step.unique_words[step.token_to_unique][step.mask], step.tokens[step.mask])
+
+
+def test_chunk_steps_name_each_positions_sentence(make_row, tiny_spec):
+    # sentences of 3, 1 and 2 words: 4, 2 and 3 input positions (<bos> + words)
+    row = make_row("d", [[5, 6, 7], [8], [9, 10]])
+    batch = collate_documents([row], tiny_spec, ChunkLayout(5))  # 9 positions: [0, 5) | [5, 9)
+    first, second = batch.sentences
+    assert first.sentence_id[0].tolist() == [0, 0, 0, 0, 1] and first.sentence_pos[0].tolist() == [0, 1, 2, 3, 0]
+    assert second.sentence_id[0].tolist() == [0, 1, 1, 1] and second.sentence_pos[0].tolist() == [0, 0, 1, 2]
+    assert first.sentence_grid.tolist() == [2, 4] and second.sentence_grid.tolist() == [2, 3]
+    assert first.new_doc.tolist() == [True] and second.new_doc.tolist() == [False]
+    assert first.doc_end.tolist() == [False] and second.doc_end.tolist() == [True]
+    whole = collate_documents([row], tiny_spec, ChunkLayout(5, whole_sentences=True))
+    assert [s.lengths.tolist() for s in whole.sentences] == [[4], [5]]  # 4 | 2 + 3
+    assert whole.sentences[1].sentence_id[0].tolist() == [0, 0, 1, 1, 1]
+    lockstep = collate_documents([row], tiny_spec)
+    assert all(s.sentence_id.eq(0).all() and s.sentence_grid[0] == 1 for s in lockstep.sentences)
+
+
+def test_batch_documents_in_chunks_sorts_by_chunks(make_row, tiny_spec):
+    rows = [make_row(f"d{n}", [[5] * n] * 2) for n in (9, 1, 5)]  # 2 sentences of n + 1 positions
+    batches = list(batch_documents(rows, tiny_spec, 1, seed=None, layout=ChunkLayout(4)))
+    assert [b.doc_ids for b in batches] == [["d1"], ["d5"], ["d9"]]
+    assert [len(b.sentences) for b in batches] == [1, 3, 5]
