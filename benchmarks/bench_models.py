@@ -197,12 +197,12 @@ def run_corpus(args, device) -> None:
     for model_name, model_cfg in models.items():
         for layout_name, layout, cfg in (
                 ("lockstep", None, TrainConfig(lr=1e-3, bptt_sentences=args.bptt)),
-                ("chunks", ChunkLayout(args.chunk_tokens, whole_sentences=needs_whole_sentences(model_cfg)),
-                 TrainConfig(lr=1e-3, bptt_tokens=args.chunk_tokens))):
+                ("chunks", ChunkLayout(chunk_tokens(args, model_cfg), whole_sentences=needs_whole_sentences(model_cfg)),
+                 TrainConfig(lr=1e-3, bptt_tokens=chunk_tokens(args, model_cfg)))):
             started = time.perf_counter()
             timed = list(batch_documents(rows, spec, args.batch_size, seed=0, layout=layout))
             seconds = time.perf_counter() - started
-            key = f"{layout_name}{'' if layout is None or not layout.whole_sentences else ', whole sentences'}"
+            key = layout_name if layout is None else f"chunks of {layout.tokens}" + (", whole sentences" if layout.whole_sentences else "")
             padding[key] = sum(b.num_padded for b in timed) / sum(b.num_padded + b.num_tokens for b in timed)
             collate_rate[key] = sum(b.num_tokens for b in timed) / seconds
             warm = list(batch_documents(warm_rows, spec, args.batch_size, seed=0, layout=layout))
@@ -226,7 +226,7 @@ def run_corpus(args, device) -> None:
     print(f"corpus={args.corpus} documents={len(rows)} tokens={sum(b.num_tokens for b in variants['RNNLM (chunks)'][2]):,} "
           f"device={device} threads={torch.get_num_threads()} vocab={spec.output_size} E={args.embed_dim} "
           f"H={args.hidden_dim} layers={args.num_layers} batch={args.batch_size} documents, lockstep bptt={args.bptt} "
-          f"sentences, chunks of {args.chunk_tokens} tokens")
+          f"sentences, chunks of {args.chunk_tokens} tokens ({args.whole_chunk_tokens} for whole sentences)")
     base, rnn = best[plain_name], best["RNNLM (chunks)"]
     print(f"| variant | tokens/s | x plain stream | x RNNLM (chunks) |\n|---|---|---|---|")
     for name, rate in best.items():
@@ -234,6 +234,13 @@ def run_corpus(args, device) -> None:
     print("\n| layout | padding fraction | collate tokens/s |\n|---|---|---|")
     for key in padding:
         print(f"| {key} | {padding[key]:.3f} | {collate_rate[key]:,.0f} |")
+
+
+def chunk_tokens(args, model_cfg: ModelConfig) -> int:
+    """The chunk length of a model: ``--whole-chunk-tokens`` for one that reads whole sentences."""
+    from dynlm.models import needs_whole_sentences
+
+    return args.whole_chunk_tokens if needs_whole_sentences(model_cfg) else args.chunk_tokens
 
 
 def _inputs(row: dict):
@@ -279,6 +286,8 @@ def main() -> None:
     parser.add_argument("--max-docs", type=int, default=32, help="real corpora: documents timed")
     parser.add_argument("--max-sentences", type=int, default=40, help="real corpora: first N sentences of each (0: all)")
     parser.add_argument("--chunk-tokens", type=int, default=35, help="real corpora: chunk layout / plain stream step")
+    parser.add_argument("--whole-chunk-tokens", type=int, default=140,
+                        help="real corpora: chunk layout of a whole-sentence model (the DNTM; sentences packed up to it)")
     parser.add_argument("--stream-batch", type=int, default=16, help="plain stream: columns")
     parser.add_argument("--dropout", type=float, default=0.3, help="real corpora")
     parser.add_argument("--merge-fns", default="gru", help="real corpora: DNTM merges (comma list)")

@@ -89,3 +89,22 @@ def test_the_prepare_table_shows_drops_only_when_there_are_some(prepared):
     rows = dict(task.summary_lines({**counts, "dropped_nested": 2, "truncated_chains": 0}))
     assert rows["dropped nested mentions"] == "2" and "truncated chains" not in rows and "dropped or truncated" not in rows
     assert counts["documents"] == {s: len(in_memory.splits[s]) for s in ("train", "valid", "test")}
+
+
+@pytest.mark.parametrize("bptt_tokens, model_type", [(0, "rnn"), (30, "rnn"), (30, "dntm")])
+def test_steps_per_epoch_counts_the_steps_the_batches_take(prepared, bptt_tokens, model_type):
+    """The cosine schedule's length, read from the Parquet metadata only, is the number of
+    optimizer steps the epoch's batches take, in either layout (chunks: one step each)."""
+    cfg, _files, _in_memory = prepared
+    local = prepare_local(cfg)
+    task = get_task("lm")
+    train_cfg = TrainConfig(batch_size=4, bptt_tokens=bptt_tokens)
+    layout = task.batch_layout(train_cfg, rnn_lm_small(type=model_type))
+    assert (layout is None) == (bptt_tokens == 0)
+    assert layout is None or layout.whole_sentences == (model_type == "dntm")
+    batches = list(task.batches(list(local.iter_rows("train")), local.spec, 4, seed=1, layout=layout))
+    assert all(batch.layout == layout for batch in batches)
+    expected = sum(task.steps_per_batch(batch, train_cfg) for batch in batches)
+    assert task.steps_per_epoch(local, train_cfg, 1, layout=layout) == expected
+    if layout is not None:
+        assert expected == sum(len(batch.sentences) for batch in batches)
