@@ -213,7 +213,7 @@ def run_corpus(args, device) -> None:
                 lambda b, model=model, optimizer=optimizer, cfg=cfg: train_step(model, b, optimizer, cfg)["tokens"],
                 warm, timed)
     # The plain stream reads the same target tokens: every document's inputs, concatenated.
-    stream = torch.tensor([w for r in rows for w, n in _inputs(r)], dtype=torch.long)
+    stream = torch.tensor([w for r in rows for w in _inputs(r)], dtype=torch.long)
     columns = stream.numel() // args.stream_batch
     stream = stream[: columns * args.stream_batch].view(args.stream_batch, columns)
     torch.manual_seed(0)
@@ -244,11 +244,10 @@ def chunk_tokens(args, model_cfg: ModelConfig) -> int:
 
 
 def _inputs(row: dict):
-    """(input word id, 1) of every input position of an encoded row (each sentence but its <eos>)."""
+    """The input word id of every input position of an encoded row (each sentence but its <eos>)."""
     pos = 0
     for n in row["sentence_lengths"]:
-        for w in row["word_ids"][pos : pos + n - 1]:
-            yield w, 1
+        yield from row["word_ids"][pos : pos + n - 1]
         pos += n
 
 

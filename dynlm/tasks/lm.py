@@ -108,8 +108,13 @@ class LMTask(Task):
         """From the ``sentence_lengths`` column only: documents sorted by steps (sentences, or
         chunks of ``layout``), cut into global batches; each lockstep batch takes the steps of
         its longest document, ``steps_per_chunk`` of them an optimizer step."""
+        import pyarrow.compute as pc
+
         column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
-        counts = sorted(batching.num_steps(lengths, layout) for lengths in column.to_pylist())  # steps per document
+        if layout is None:  # sentences per document, without reading the lengths into Python
+            counts = sorted(pc.list_value_length(column).to_pylist())
+        else:
+            counts = sorted(batching.num_steps(lengths, layout) for lengths in column.to_pylist())  # chunks
         per_step = batching.per_worker_batch_size(train_cfg.batch_size, world_size) * world_size
         stride = training.steps_per_chunk(train_cfg)
         return max(1, sum(math.ceil(counts[min(i + per_step, len(counts)) - 1] / stride)
