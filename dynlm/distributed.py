@@ -131,6 +131,9 @@ def inactive_like(step: SentenceBatch) -> SentenceBatch:
         new_doc=torch.zeros_like(step.new_doc),
         doc_end=torch.zeros_like(step.doc_end),
         target_kind=torch.zeros_like(step.target_kind),
+        doc_start=torch.zeros_like(step.doc_start),
+        step_sentence_lengths=torch.zeros_like(step.step_sentence_lengths),
+        reset_columns=step.reset_columns[:0],
     )
 
 

@@ -51,6 +51,10 @@ class TrainConfig(Config):
     # whole sentences for a model that needs them), one optimizer step per chunk, no padding between
     # sentences; 0: sentence lockstep (every sentence of the batch padded to the longest), bptt_sentences a step
     bptt_tokens: int = 0
+    # with bptt_tokens > 0: a batch row reads several documents one after the other (the state is reset
+    # where one starts), so rows are not padded to the batch's longest document; off, or a model that
+    # cannot reset inside a step (the dynamical LM): one document a row
+    pack_documents: bool = True
     grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
     weight_decay: float = 0.0
     lr_schedule: Literal["constant", "cosine", "plateau"] = "cosine"
@@ -151,7 +155,7 @@ def train_step(
         "ppl": perplexity(nll, tokens),
         "tokens": tokens,
         "num_padded": batch.num_padded,
-        "documents": batch.batch_size,
+        "documents": batch.num_documents,
         "steps": steps,
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),

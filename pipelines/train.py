@@ -46,7 +46,7 @@ import torch
 from dynlm import checkpoint as dynlm_checkpoint
 from dynlm import faults, storage
 from dynlm.config import Config
-from dynlm.data.batching import per_worker_batch_size
+from dynlm.data.batching import PACKED_GROUP_BATCHES, per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
 from dynlm.config import seconds_from_env
@@ -54,7 +54,8 @@ from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
 
-SORT_BUFFER_BATCHES = 16  # rows buffered for length sorting = this x per-worker batch size
+# rows buffered for length sorting (or packed into one batch: ChunkLayout.pack_documents) = this x per-worker batch size
+SORT_BUFFER_BATCHES = PACKED_GROUP_BATCHES
 PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt after this
 CHECKPOINT_FILE = "model.pt"
 RUN_INFO_FILE = "dynlm_run.json"  # under <storage>/<name>: MLflow run id + job, for --resume

@@ -14,7 +14,11 @@ into steps:
   stream LM does (one recurrent pass per chunk, padding only at the end of a row). With
   ``whole_sentences`` a chunk ends at a sentence end (the DNTM merges a sentence's mentions
   after the whole sentence): sentences are packed greedily while the chunk stays within
-  ``tokens`` positions; a longer sentence is a chunk of its own.
+  ``tokens`` positions; a longer sentence is a chunk of its own. With ``pack_documents`` a row
+  holds several documents, one after the other (the next starts where one ends, inside a chunk
+  if need be), so that rows are no longer padded to the longest document of the batch: a
+  model resets a row's state where ``doc_start`` says a document begins (see
+  :class:`ChunkLayout`).
 
 Both give every target the same context: the state is carried from step to step, and a
 sentence's positions inside a row are named by ``sentence_id`` / ``sentence_pos`` (see
@@ -60,7 +64,7 @@ MENTION_BINS: tuple[tuple[int, int, int | None], ...] = (
 )
 
 # Tensors that stay on the CPU in SentenceBatch.to(device) (pack_padded_sequence wants CPU lengths).
-_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid")
+_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid", "reset_columns", "step_sentence_lengths")
 
 
 @dataclass
@@ -92,6 +96,14 @@ class SentenceBatch:
         sentence_grid: ``[2]`` long ``(S, P)``: every row has at most S sentences in this step and
             no sentence more than P positions (upper bounds; kept on CPU). A model that works per
             sentence scatters ``[B, L]`` into ``[B, S, P]`` with ``sentence_id * P + sentence_pos``.
+        step_sentence_lengths: ``[B, S]`` long, positions of each row's s-th sentence in this step (0
+            where the row has fewer; kept on CPU): a model that works per sentence runs sentence s
+            of only the rows that have one, padded to their longest (``S`` as in ``sentence_grid``).
+        doc_start: ``[B, L]`` bool, True at the first input position of a document (``<bos>`` of
+            its first sentence): the row's state must be reset before that position.
+        reset_columns: ``[R]`` long, the sorted columns where some row has ``doc_start`` (kept on
+            CPU, so a model splits its recurrent pass there without asking the device). Step 0 of
+            a batch has column 0; with ``pack_documents`` later steps may have any column.
     """
 
     tokens: torch.Tensor
@@ -112,6 +124,9 @@ class SentenceBatch:
     sentence_id: torch.Tensor
     sentence_pos: torch.Tensor
     sentence_grid: torch.Tensor
+    step_sentence_lengths: torch.Tensor
+    doc_start: torch.Tensor
+    reset_columns: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -132,11 +147,12 @@ class SentenceBatch:
 
 @dataclass
 class DocumentBatch:
-    """B whole documents as a list of sentence steps.
+    """Whole documents in B rows, as a list of steps (one document a row, or several with
+    ``ChunkLayout.pack_documents``).
 
     Attributes:
-        sentences: one :class:`SentenceBatch` per step (as many as the longest document has sentences).
-        doc_ids: the B document ids.
+        sentences: one :class:`SentenceBatch` per step (as many as the longest row has steps).
+        doc_ids: the ids of the documents, row by row in reading order.
         num_tokens: real target positions in the batch.
         num_padded: padded target positions (``sum_t B * L_t - num_tokens``), to log padding waste.
         layout: the :class:`ChunkLayout` the steps were cut by, None for sentence lockstep.
@@ -150,6 +166,11 @@ class DocumentBatch:
 
     @property
     def batch_size(self) -> int:
+        """Rows (what a model's ``init_state`` takes)."""
+        return self.sentences[0].batch_size if self.sentences else len(self.doc_ids)
+
+    @property
+    def num_documents(self) -> int:
         return len(self.doc_ids)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "DocumentBatch":
@@ -165,10 +186,15 @@ class ChunkLayout:
         tokens: input positions per document per step (>= 1), the truncated-BPTT length.
         whole_sentences: cut only at sentence ends (greedy packing; a longer sentence is a chunk
             of its own), for a model that reads a sentence as a whole (``needs_whole_sentences``).
+        pack_documents: a row is a stream of several documents (:func:`pack_rows` balances
+            them over the rows), so that the batch is not padded to its longest document; the
+            model resets a row's state at ``doc_start`` (``supports_packed_documents``). The
+            chunks are cut from each row's stream as from one document.
     """
 
     tokens: int
     whole_sentences: bool = False
+    pack_documents: bool = False
 
     def __post_init__(self):
         if self.tokens < 1:
@@ -225,6 +251,7 @@ class _Document:
     unique_keys: np.ndarray  # [N] batch-wide id of each input token's (word, segmentation)
     sentence_index: np.ndarray  # [N] sentence of each input position (0-based in the document)
     sentence_offset: np.ndarray  # [N] position inside its sentence
+    doc_start: np.ndarray  # [N] bool, True at the first position of a document
 
     def sentence_spans(self) -> list[tuple[int, int]]:
         ends = np.cumsum(self.sentence_lengths - 1)
@@ -329,7 +356,40 @@ def _parse_row(row: dict, spec: VocabSpec, unique: dict) -> _Document:
         unique_keys=keys,
         sentence_index=sentence_index,
         sentence_offset=input_pos - bounds[sentence_index],
+        doc_start=np.arange(len(input_pos)) == 0,
     )
+
+
+def _concatenate(docs: list[_Document]) -> _Document:
+    """One row's stream: the documents one after the other (sentence indices continue)."""
+    if len(docs) == 1:
+        return docs[0]
+    first_sentence = np.cumsum([0] + [len(d.sentence_lengths) for d in docs[:-1]])
+    joined = {name: np.concatenate([getattr(d, name) for d in docs])
+              for name in ("sentence_lengths", "inputs", "targets", "entity_ids", "target_entity_ids", "kinds",
+                           "entities_seen", "unique_keys", "sentence_offset", "doc_start")}
+    joined["sentence_index"] = np.concatenate([d.sentence_index + k for d, k in zip(docs, first_sentence)])
+    return _Document(doc_id="+".join(d.doc_id for d in docs), **joined)
+
+
+def pack_rows(num_tokens: list[int], num_rows: int) -> list[list[int]]:
+    """Which documents go to which row: longest first, each to the row with the fewest tokens.
+
+    Args:
+        num_tokens: the size of each document.
+        num_rows: rows of the batch (at most ``len(num_tokens)`` are used).
+
+    Returns:
+        For each row, the indices of its documents in the order given (e.g. sizes
+        ``[5, 9, 4, 4]`` in 2 rows: ``[[1], [0, 2, 3]]``, 9 and 13 tokens).
+    """
+    rows: list[list[int]] = [[] for _ in range(min(num_rows, len(num_tokens)))]
+    loads = [0] * len(rows)
+    for i in sorted(range(len(num_tokens)), key=lambda i: -num_tokens[i]):
+        r = min(range(len(rows)), key=lambda r: (loads[r], r))
+        rows[r].append(i)
+        loads[r] += num_tokens[i]
+    return [sorted(row) for row in rows]
 
 
 # Per-position arrays of a _Document and the SentenceBatch field each fills.
@@ -349,6 +409,7 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
     keys = np.full((batch_size, width), -1, dtype=np.int64)
     sentence_id = np.zeros((batch_size, width), dtype=np.int64)
     sentence_pos = np.zeros((batch_size, width), dtype=np.int64)
+    doc_start = np.zeros((batch_size, width), dtype=bool)
     for b, (doc, span) in enumerate(zip(docs, spans)):
         if span is None:  # chunk_spans never gives an empty span
             continue
@@ -357,6 +418,7 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         for source, field in _STREAM_FIELDS:
             arrays[field][b, :n] = getattr(doc, source)[a:e]
         keys[b, :n] = doc.unique_keys[a:e]
+        doc_start[b, :n] = doc.doc_start[a:e]
         index = doc.sentence_index[a:e]
         sentence_id[b, :n] = index - index[0]
         # the first sentence may have started in the previous step: count from its first position here
@@ -389,16 +451,23 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         sentence_id=torch.from_numpy(sentence_id),
         sentence_pos=torch.from_numpy(sentence_pos),
         sentence_grid=torch.tensor(grid, dtype=torch.int64),
+        step_sentence_lengths=torch.from_numpy(np.stack([np.bincount(sentence_id[b, : lengths[b]], minlength=grid[0])
+                                                         for b in range(batch_size)])).to(torch.int64),
+        doc_start=torch.from_numpy(doc_start),
+        reset_columns=torch.from_numpy(np.flatnonzero(doc_start.any(axis=0))).to(torch.int64),
     )
 
 
-def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | None = None) -> DocumentBatch:
+def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | None = None,
+                      num_rows: int | None = None) -> DocumentBatch:
     """Turn encoded document rows into a :class:`DocumentBatch`.
 
     Args:
         rows: dicts with the ``ENCODED_SCHEMA`` columns (lists or numpy arrays).
         spec: the vocabulary spec (for padding ids and the short list).
         layout: None: one step per sentence (lockstep); a :class:`ChunkLayout`: one step per chunk.
+        num_rows: with ``layout.pack_documents``, the rows the documents are packed into
+            (:func:`pack_rows`; default: one document a row); else unused.
 
     Returns:
         The batch; raises ``ValueError`` naming the document when a row is inconsistent.
@@ -406,8 +475,14 @@ def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | N
     if not rows:
         raise ValueError("collate_documents: no rows")
     unique: dict[tuple[int, tuple[int, ...]], int] = {}
-    docs = [_parse_row(row, spec, unique) for row in rows]
+    parsed = [_parse_row(row, spec, unique) for row in rows]
     unique_keys = list(unique)
+    if layout is not None and layout.pack_documents and num_rows is not None and num_rows < len(parsed):
+        rows_of = pack_rows([len(d.inputs) for d in parsed], num_rows)
+        docs = [_concatenate([parsed[i] for i in row]) for row in rows_of]
+        doc_ids = [parsed[i].doc_id for row in rows_of for i in row]
+    else:
+        docs, doc_ids = parsed, [d.doc_id for d in parsed]
     spans = [doc.sentence_spans() if layout is None else chunk_spans(doc.sentence_lengths, layout) for doc in docs]
     steps = []
     for t in range(max(len(s) for s in spans)):
@@ -415,7 +490,24 @@ def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | N
                            new_doc=[t == 0] * len(docs), doc_end=[len(s) == t + 1 for s in spans]))
     num_tokens = sum(s.num_tokens for s in steps)
     num_positions = sum(s.tokens.numel() for s in steps)
-    return DocumentBatch(steps, [d.doc_id for d in docs], num_tokens, num_positions - num_tokens, layout)
+    return DocumentBatch(steps, doc_ids, num_tokens, num_positions - num_tokens, layout)
+
+
+# With ChunkLayout.pack_documents, batch_documents packs this many batches' worth of documents into
+# one batch of batch_size rows: enough documents a row that the rows end close together.
+PACKED_GROUP_BATCHES = 16
+
+
+def packed_steps(sentence_lengths: list, batch_size: int, layout: ChunkLayout) -> int:
+    """Steps of the batches :func:`batch_documents` packs from documents of these
+    ``sentence_lengths`` (in that order, unshuffled; an estimate for a shuffled order)."""
+    group = PACKED_GROUP_BATCHES * batch_size
+    total = 0
+    for start in range(0, len(sentence_lengths), group):
+        lengths = sentence_lengths[start : start + group]
+        rows = pack_rows([int(np.sum(np.asarray(n) - 1)) for n in lengths], batch_size)
+        total += max(num_steps(np.concatenate([np.asarray(lengths[i]) for i in row]), layout) for row in rows)
+    return total
 
 
 def _doc_size(row: dict, layout: ChunkLayout | None = None) -> tuple[int, int]:
@@ -444,6 +536,8 @@ def batch_documents(
         seed: shuffling seed (documents when not sorting, batches when sorting); None keeps
             the order (sorted, or as given).
         layout: the steps' layout (:func:`collate_documents`); sorting is by steps, then tokens.
+            With ``layout.pack_documents``: groups of ``PACKED_GROUP_BATCHES * batch_size``
+            documents (shuffled when ``seed`` is not None), each packed into ``batch_size`` rows.
 
     Yields:
         :class:`DocumentBatch` objects.
@@ -452,6 +546,13 @@ def batch_documents(
         raise ValueError(f"batch_documents: batch_size must be >= 1, got {batch_size}")
     rows = list(rows)
     rng = random.Random(seed)
+    if layout is not None and layout.pack_documents:
+        if seed is not None:
+            rng.shuffle(rows)
+        group = PACKED_GROUP_BATCHES * batch_size
+        for start in range(0, len(rows), group):
+            yield collate_documents(rows[start : start + group], spec, layout, num_rows=batch_size)
+        return
     if sort_by_length:
         rows.sort(key=lambda row: _doc_size(row, layout))
     elif seed is not None:

@@ -47,7 +47,22 @@ def needs_whole_sentences(cfg: ModelConfig) -> bool:
     return RNNLM.needs_whole_sentences
 
 
+def supports_packed_documents(cfg: ModelConfig) -> bool:
+    """Whether ``cfg``'s model resets its state where a document starts inside a row
+    (``batch.doc_start``), so that a row may hold several documents
+    (:attr:`dynlm.data.batching.ChunkLayout.pack_documents`)."""
+    if cfg.type == "dntm":
+        from dynlm.models.dntm import DNTM
+
+        return DNTM.supports_packed_documents
+    if cfg.type == "dynamical":
+        from dynlm.models.dynamical_lm import DynamicalLM
+
+        return bool(getattr(DynamicalLM, "supports_packed_documents", False))
+    return RNNLM.supports_packed_documents
+
+
 __all__ = [
     "DNTMSettings", "DynamicalSettings", "LMOutput", "ModelConfig", "RNNLM", "RNNState",
-    "accepts_sentence_lists", "build_model", "forward_sentences", "needs_whole_sentences", "rnn_lm_base", "rnn_lm_small", "rnn_lm_subword_small",
+    "accepts_sentence_lists", "build_model", "forward_sentences", "needs_whole_sentences", "rnn_lm_base", "supports_packed_documents", "rnn_lm_small", "rnn_lm_subword_small",
 ]

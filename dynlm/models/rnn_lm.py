@@ -59,6 +59,7 @@ class RNNLM(nn.Module):
 
     needs_grad_at_eval = False
     needs_whole_sentences = False  # a sentence may be read in pieces (the state carries)
+    supports_packed_documents = True  # a row may hold several documents (state reset at batch.doc_start)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -119,7 +120,7 @@ class RNNLM(nn.Module):
         return self.embedding(batch)
 
     def run_rnn(
-        self, x: torch.Tensor, state: RNNState, lengths: torch.Tensor | None = None
+        self, x: torch.Tensor, state: RNNState, lengths: torch.Tensor | None = None, batch=None
     ) -> tuple[torch.Tensor, RNNState]:
         """Run the recurrent layers over padded inputs.
 
@@ -128,11 +129,32 @@ class RNNLM(nn.Module):
             state: state before position 0.
             lengths: ``[B]`` int (CPU preferred), or None when no row is padded. Rows of
                 length 0 (documents that already ended) keep their state unchanged.
+            batch: the step's ``SentenceBatch``, when a document may start inside it: the pass
+                is split at ``batch.reset_columns`` (CPU) and the state of the rows whose
+                ``doc_start`` is set there is zeroed, so each document is read from a zero state.
 
         Returns:
             ``hidden [B, L, H]`` (zeros at padded positions) and the state after each row's
             last real position.
         """
+        columns = [] if batch is None else batch.reset_columns.tolist()
+        if not columns:
+            return self._run_segment(x, state, lengths)
+        parts, start = [], 0
+        for end in [*columns, x.size(1)]:
+            if end > start:
+                seg_lengths = None if lengths is None else (lengths.to("cpu", torch.int64) - start).clamp(0, end - start)
+                hidden, state = self._run_segment(x[:, start:end], state, seg_lengths)
+                parts.append(hidden)
+                start = end
+            if end < x.size(1):
+                state = self.reset_state(state, ~batch.doc_start[:, end])
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], state
+
+    def _run_segment(
+        self, x: torch.Tensor, state: RNNState, lengths: torch.Tensor | None
+    ) -> tuple[torch.Tensor, RNNState]:
+        """One recurrent call (fused when every row is full, packed otherwise); see :meth:`run_rnn`."""
         hx = state if state.c is not None else state.h
         if lengths is None:
             hidden, new = self.rnn(x, hx)
@@ -181,7 +203,7 @@ class RNNLM(nn.Module):
             ``LMOutput`` (logits ``[B, L, V_out]``, hidden ``[B, L, H]``) and the new state.
         """
         x = self.input_dropout(self.embed(batch))  # [B, L, E]
-        hidden, state = self.run_rnn(x, state, batch.lengths)  # [B, L, H]
+        hidden, state = self.run_rnn(x, state, batch.lengths, batch)  # [B, L, H]
         return LMOutput(logits=self.mask_entities(self.output_logits(hidden), batch), hidden=hidden), state
 
 

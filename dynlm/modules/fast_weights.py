@@ -230,7 +230,7 @@ def fast_gru_layer(x: torch.Tensor, h: torch.Tensor, weight_ih: torch.Tensor, we
 # Per-position fields of a SentenceBatch ([B, L]) and per-document fields ([B]); the subword
 # fields (unique_words, subword_ids, subword_lengths) are shared by the batch and never sliced.
 POSITION_FIELDS = ("tokens", "targets", "mask", "entity_ids", "target_entity_ids", "target_kind",
-                   "entities_seen", "token_to_unique", "sentence_id", "sentence_pos")
+                   "entities_seen", "token_to_unique", "sentence_id", "sentence_pos", "doc_start")
 DOCUMENT_FIELDS = ("doc_active", "new_doc", "doc_end")
 
 
@@ -240,6 +240,9 @@ def slice_columns(batch, start: int, end: int):
                if getattr(batch, name, None) is not None}
     if _is_field(batch, "lengths") and batch.lengths is not None:  # [B] real positions of each row
         changes["lengths"] = (batch.lengths - start).clamp(min=0, max=end - start)
+    if _is_field(batch, "reset_columns"):  # [R] CPU columns where a document starts
+        columns = batch.reset_columns
+        changes["reset_columns"] = columns[(columns >= start) & (columns < end)] - start
     return dataclasses.replace(batch, **changes)
 
 

@@ -38,7 +38,7 @@ from dynlm.distributed import EveryParameterUsed, dummy_batch, pad_to_steps
 from dynlm.data.word_counts import count_train_words
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
-from dynlm.models import build_model, needs_whole_sentences
+from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts
@@ -96,7 +96,8 @@ class LMTask(Task):
         (sentence lockstep) when it is 0."""
         if not train_cfg.bptt_tokens:
             return None
-        return batching.ChunkLayout(train_cfg.bptt_tokens, whole_sentences=needs_whole_sentences(model_cfg))
+        return batching.ChunkLayout(train_cfg.bptt_tokens, whole_sentences=needs_whole_sentences(model_cfg),
+                                    pack_documents=train_cfg.pack_documents and supports_packed_documents(model_cfg))
 
     def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0, layout=None):
         return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed, layout=layout)
@@ -107,10 +108,17 @@ class LMTask(Task):
     def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout=None) -> int:
         """From the ``sentence_lengths`` column only: documents sorted by steps (sentences, or
         chunks of ``layout``), cut into global batches; each lockstep batch takes the steps of
-        its longest document, ``steps_per_chunk`` of them an optimizer step."""
+        its longest document, ``steps_per_chunk`` of them an optimizer step. With
+        ``layout.pack_documents``: each rank's documents (every ``world_size``-th, an estimate of
+        Ray's split) packed as :func:`~dynlm.data.batching.batch_documents` packs them."""
         import pyarrow.compute as pc
 
         column = prepared.read_columns("train", ["sentence_lengths"]).column("sentence_lengths")
+        if layout is not None and layout.pack_documents:  # one packed batch per group of documents, per rank
+            lengths = column.to_pylist()
+            batch_size = batching.per_worker_batch_size(train_cfg.batch_size, world_size)
+            return max(1, max(batching.packed_steps(lengths[rank::world_size], batch_size, layout)
+                              for rank in range(world_size)))
         if layout is None:  # sentences per document, without reading the lengths into Python
             counts = sorted(pc.list_value_length(column).to_pylist())
         else:

@@ -21,6 +21,8 @@ from dynlm.data.batching import (
     collate_documents,
     mentions_before,
     num_steps,
+    pack_rows,
+    packed_steps,
 )
 
 E1, E2 = 20, 21  # <unk1>, <unk2> in the tiny spec (num_words=20); short list = ids < 15
@@ -207,6 +209,7 @@ def test_chunk_steps_name_each_positions_sentence(make_row, tiny_spec):
     assert first.sentence_id[0].tolist() == [0, 0, 0, 0, 1] and first.sentence_pos[0].tolist() == [0, 1, 2, 3, 0]
     assert second.sentence_id[0].tolist() == [0, 1, 1, 1] and second.sentence_pos[0].tolist() == [0, 0, 1, 2]
     assert first.sentence_grid.tolist() == [2, 4] and second.sentence_grid.tolist() == [2, 3]
+    assert first.step_sentence_lengths.tolist() == [[4, 1]] and second.step_sentence_lengths.tolist() == [[1, 3]]
     assert first.new_doc.tolist() == [True] and second.new_doc.tolist() == [False]
     assert first.doc_end.tolist() == [False] and second.doc_end.tolist() == [True]
     whole = collate_documents([row], tiny_spec, ChunkLayout(5, whole_sentences=True))
@@ -221,3 +224,31 @@ def test_batch_documents_in_chunks_sorts_by_chunks(make_row, tiny_spec):
     batches = list(batch_documents(rows, tiny_spec, 1, seed=None, layout=ChunkLayout(4)))
     assert [b.doc_ids for b in batches] == [["d1"], ["d5"], ["d9"]]
     assert [len(b.sentences) for b in batches] == [1, 3, 5]
+
+
+def test_pack_rows_balances_longest_first_and_keeps_the_given_order():
+    assert pack_rows([5, 9, 4, 4], 2) == [[1, 3], [0, 2]]  # 9 | 5, then 4 to the 5 (9 | 9), then 4 to row 0
+    assert pack_rows([3, 3], 4) == [[0], [1]]  # never an empty row
+    assert sorted(i for row in pack_rows(list(range(1, 30)), 4) for i in row) == list(range(29))
+
+
+def test_packed_rows_read_several_documents_a_row(make_row, tiny_spec):
+    # positions (words + 1 a sentence): d0 4, d1 2 + 3, d2 9, d3 3
+    rows = [make_row("d0", [[5, 6, 7]]), make_row("d1", [[8], [9, 10]]), make_row("d2", [[5] * 8]),
+            make_row("d3", [[6, 7]])]
+    layout = ChunkLayout(4, pack_documents=True)
+    batch = collate_documents(rows, tiny_spec, layout, num_rows=2)  # rows: d2 d3 (9 + 3) | d0 d1 (4 + 5)
+    assert batch.batch_size == 2 and batch.num_documents == 4 and batch.doc_ids == ["d2", "d3", "d0", "d1"]
+    assert [s.lengths.tolist() for s in batch.sentences] == [[4, 4], [4, 4], [4, 1]]
+    assert batch.num_tokens == 21 and batch.num_padded == 3
+    for row, expected in ((0, [0, 9]), (1, [0, 4])):  # where each row's documents begin
+        starts = torch.cat([s.doc_start[row, : int(s.lengths[row])] for s in batch.sentences])
+        assert starts.nonzero().flatten().tolist() == expected
+    assert [s.reset_columns.tolist() for s in batch.sentences] == [[0], [0], [1]]
+    assert batch.sentences[1].sentence_id[1].tolist() == [0, 0, 1, 1]  # d1's two sentences
+    assert batch.sentences[1].step_sentence_lengths.tolist() == [[4, 0], [2, 2]]  # row 0: d2's one sentence
+    assert len(batch.sentences) == packed_steps([r["sentence_lengths"] for r in rows], 2, layout)
+    unpacked = collate_documents(rows, tiny_spec, ChunkLayout(4))
+    assert unpacked.batch_size == 4 and unpacked.num_padded > batch.num_padded
+    grouped = list(batch_documents(rows, tiny_spec, 2, seed=3, layout=layout))
+    assert len(grouped) == 1 and sorted(grouped[0].doc_ids) == ["d0", "d1", "d2", "d3"]

@@ -108,3 +108,43 @@ def test_a_chunk_of_whole_sentences_trains_like_its_sentences(random_rows):
     assert loss_b == pytest.approx(loss_a, rel=1e-6)
     for a, b in zip(grads_a, grads_b):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def _doc_token_nll(model, batch) -> dict[str, list[float]]:
+    """Per document id, the NLL of each of its targets in reading order (rows may hold several
+    documents: a row's targets are cut at its documents' ``doc_start`` positions)."""
+    rows = _token_nll(model, batch)
+    starts: list[list[bool]] = [[] for _ in range(batch.batch_size)]
+    for step in batch.sentences:
+        for row in range(batch.batch_size):
+            starts[row] += step.doc_start[row, : int(step.lengths[row])].tolist()
+    pieces = []
+    for nll, start in zip(rows, starts):
+        for value, first in zip(nll, start):
+            if first:
+                pieces.append([])
+            pieces[-1].append(value)
+    assert len(pieces) == batch.num_documents
+    return {doc_id: nll for doc_id, nll in zip(batch.doc_ids, pieces)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["type"] + "-" + "-".join(str(v) for v in c.get("dntm", c).values()))
+@pytest.mark.parametrize("tokens,num_rows", [(5, 2), (12, 3), (400, 2)])
+def test_packed_rows_give_each_document_its_own_log_likelihoods(case, tokens, num_rows, random_rows):
+    """Several documents a row (the next starting inside a chunk): every target gets the NLL it
+    gets when its document has a row of its own: state and memory are reset at ``doc_start``."""
+    cfg, model = _model(case)
+    rows = random_rows(7, seed=11, max_sentences=6)
+    whole = needs_whole_sentences(cfg)
+    alone = _doc_token_nll(model, collate_documents(rows, TINY_SPEC, ChunkLayout(tokens, whole_sentences=whole)))
+    packed_batch = collate_documents(rows, TINY_SPEC, ChunkLayout(tokens, whole_sentences=whole, pack_documents=True),
+                                     num_rows=num_rows)
+    assert packed_batch.batch_size == num_rows and packed_batch.num_documents == 7
+    later_starts = [(t, c) for t, s in enumerate(packed_batch.sentences) for c in s.reset_columns.tolist() if t or c]
+    assert later_starts  # a row reads a second document
+    if not whole and tokens == 5:  # and one starts inside a chunk
+        assert any(c > 0 for s in packed_batch.sentences for c in s.reset_columns.tolist())
+    packed = _doc_token_nll(model, packed_batch)
+    assert sorted(packed) == sorted(alone)
+    for doc_id, ref in alone.items():
+        assert torch.allclose(torch.tensor(packed[doc_id]), torch.tensor(ref), atol=1e-5, rtol=1e-5), doc_id
