@@ -44,6 +44,8 @@ from dynlm.modules.entity_memory import (
     init_memory,
     merge_mentions,
     reset_memory,
+    select_memory,
+    update_memory,
 )
 from dynlm.modules.new_entity_score import NewEntityScore
 from dynlm.modules.score_gate import ScoreGate
@@ -98,6 +100,8 @@ class DNTM(nn.Module):
     # from a bidirectional encoder over all of it (callers that cut segments, e.g. dynamic
     # evaluation, cut at sentence ends).
     needs_whole_sentences = True
+    # A row may hold several documents: the LM state and the memory are reset where one starts.
+    supports_packed_documents = True
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -162,11 +166,13 @@ class DNTM(nn.Module):
 
         The LM's recurrent state never feeds the memory, so the step runs in three parts:
 
-        1. sentence by sentence (``s = 0 .. S-1``, batched across documents): the input vectors of
-           sentence s (static + ``W_dx d_e`` from the memory merged up to sentence s - 1, input
+        1. sentence by sentence (``s = 0 .. S-1``, batched across the rows that have a sentence
+           s, cut to its longest length there: ``batch.step_sentence_lengths``): the input vectors
+           of sentence s (static + ``W_dx d_e`` from the memory merged up to sentence s - 1, input
            dropout), the context encoder over them and the merge of the sentence's mentions; with
            ``dynamic="output"`` the inputs do not depend on the memory and the encoder reads all
-           sentences of the step in one call;
+           sentences of the step in one call; where a packed row starts a document
+           (``batch.doc_start``) its memory is emptied before that sentence;
         2. ONE recurrent pass over the step's positions (a chunk is read like a plain LM reads it);
         3. the output layer, with the entity scores of each position taken against the memory
            as it was before the position's sentence (a snapshot per sentence).
@@ -184,29 +190,44 @@ class DNTM(nn.Module):
         grid = _SentenceGrid(batch)
         x_static = self.lm.embed(batch)  # [B, L, E], static b^x
         entities = state.entities
+        # [B, S] bool: sentence s of the row starts a document (memory emptied before it); None: none does
+        starts = grid.scatter(batch.doc_start)[:, :, 0] if len(batch.reset_columns) else None
         snapshots = []  # memory before each sentence, [B, K, D] each
         if self.dynamic == "none":
             x = self.lm.input_dropout(x_static)
         elif self.use_input:
             x_grid, ids_grid, mask_grid = grid.scatter(x_static), grid.scatter(entity_ids), grid.mask
-            inputs = []
+            parts, slots = [], []  # per sentence s: its rows' input vectors, and their slots b * S + s
             for s in range(grid.num_sentences):
+                if starts is not None:
+                    entities = reset_memory(entities, ~starts[:, s])
                 snapshots.append(entities.memory)
-                x_s = x_grid[:, s] + self.input_proj(self._entity_vectors(entities.memory, ids_grid[:, s]))
-                x_s = self.lm.input_dropout(x_s)  # [B, P, E] (a mask per document and sentence)
-                entities = self._merge_sentence(entities, x_s, ids_grid[:, s], mask_grid[:, s])
-                inputs.append(x_s)
-            x = grid.gather(torch.stack(inputs, dim=1))  # [B, L, E]
+                rows, width = grid.rows_of(s)  # [R] the rows that have a sentence s, and its longest length there
+                if rows.numel() == 0:  # an inactive step (a DDP lockstep pad)
+                    continue
+                ids, mask = ids_grid[rows, s, :width], mask_grid[rows, s, :width]  # [R, width]
+                present = select_memory(entities, rows)
+                x_s = x_grid[rows, s, :width] + self.input_proj(self._entity_vectors(present.memory, ids))
+                x_s = self.lm.input_dropout(x_s)  # [R, width, E] (a mask per document and sentence)
+                entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask))
+                parts.append(nn.functional.pad(x_s, (0, 0, 0, grid.shape[2] - width)))  # [R, P, E]
+                slots.append(rows * grid.num_sentences + s)
+            x = grid.gather(grid.assemble(parts, slots)) if parts else torch.zeros_like(x_static)  # [B, L, E]
         else:  # output dynamics only: the inputs are static, one encoder call for every sentence
-            batch_size, num_sentences, width = grid.shape
             x_grid = self.lm.input_dropout(grid.scatter(x_static).flatten(0, 1))  # [B * S, P, E]
-            contexts = self.context_encoder(x_grid, grid.mask.flatten(0, 1)).view(batch_size, num_sentences, width, -1)
+            slots = grid.present_slots()  # the (row, sentence) slots that hold a sentence
+            if slots.numel():
+                contexts = grid.assemble([self.context_encoder(x_grid[slots], grid.mask.flatten(0, 1)[slots])], [slots])
+            else:  # an inactive step (a DDP lockstep pad)
+                contexts = x_grid.new_zeros(*grid.shape, self.entity_dim)
             ids_grid = grid.scatter(entity_ids)
-            for s in range(num_sentences):
+            for s in range(grid.num_sentences):
+                if starts is not None:
+                    entities = reset_memory(entities, ~starts[:, s])
                 snapshots.append(entities.memory)
                 entities = merge_mentions(self.merge, entities, contexts[:, s], ids_grid[:, s], grid.mask[:, s])
-            x = grid.gather(x_grid.view(batch_size, num_sentences, width, -1))
-        hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths)  # [B, L, H], one pass
+            x = grid.gather(x_grid.view(*grid.shape, -1))
+        hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths, batch)  # [B, L, H], one pass (split where a document starts)
         dropped = self.lm.output_dropout(hidden)
         logits = self.lm.decoder(dropped)  # [B, L, V_out], static b^y
         if self.use_output:
@@ -215,7 +236,7 @@ class DNTM(nn.Module):
             if self.cfg.dntm.gate_dynamic_scores:
                 entity_scores = self.score_gate(dropped, entity_scores)
             offset = self.spec.entity_offset
-            logits = torch.cat([logits[..., :offset], logits[..., offset:] + entity_scores], dim=-1)
+            logits[..., offset:] += entity_scores  # in place: no copy of the [B, L, V_out] scores (decoder output)
         if self.cfg.dntm.new_entity_score:
             logits = self.new_entity(logits, dropped, batch.entities_seen, self.spec.entity_offset)
         logits = self.lm.mask_entities(logits, batch)
@@ -245,6 +266,26 @@ class _SentenceGrid:
         index = batch.sentence_id * width + batch.sentence_pos  # [B, L]
         self.slot = torch.where(batch.mask, index, torch.full_like(index, slots))  # padding -> spare slot
         self.mask = self.scatter(batch.mask)  # [B, S, P] bool
+        self.sentence_lengths = batch.step_sentence_lengths  # [B, S] on the CPU
+        self.device = batch.tokens.device
+
+    def rows_of(self, s: int) -> tuple[torch.Tensor, int]:
+        """The rows that have a sentence ``s`` (``[R]`` on the batch's device) and its longest
+        length there, from the CPU lengths (no device synchronisation)."""
+        lengths = self.sentence_lengths[:, s]
+        return lengths.gt(0).nonzero().squeeze(1).to(self.device, non_blocking=True), max(1, int(lengths.max()))
+
+    def present_slots(self) -> torch.Tensor:
+        """Flat ``b * S + s`` slots that hold a sentence (from the CPU lengths)."""
+        return (self.sentence_lengths.reshape(-1) > 0).nonzero().squeeze(1).to(self.device, non_blocking=True)
+
+    def assemble(self, parts: list[torch.Tensor], slots: list[torch.Tensor]) -> torch.Tensor:
+        """``[B, S, P, *]`` with ``parts[i] [R_i, P, *]`` at the flat slots ``slots[i] [R_i]``, zeros elsewhere."""
+        values = torch.cat(parts) if len(parts) > 1 else parts[0]
+        batch_size, num_sentences, width = self.shape
+        out = values.new_zeros(batch_size * num_sentences, *values.shape[1:])
+        return out.index_copy(0, torch.cat(slots) if len(slots) > 1 else slots[0], values).view(
+            batch_size, num_sentences, *values.shape[1:])
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         """``[B, L, *]`` -> ``[B, S, P, *]`` (zeros where a sentence has no position)."""

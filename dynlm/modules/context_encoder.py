@@ -10,6 +10,13 @@ context vector for EVERY position p of the sentence; the caller picks the mentio
 Outside the sentence the states are zero: h_fwd(-1) = 0 and h_bwd(n) = 0 (n = its length).
 
 The encoder has its own parameters (it does not share the language model's RNN).
+
+Each direction runs as one fused recurrent call over the padded rows: the forward direction
+reads the left-aligned sentences as they are (padding comes after the real tokens), the
+backward direction reads every row's real tokens reversed (a gather, padding left in place), so
+both start at the right token without packing. A packed call would run PyTorch's per-step
+kernel on the CPU, whose backward zero-fills a full-size gradient for every time step (it made
+the DNTM's encoder cost several times its LM), and needs the lengths on the host.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+import warnings
 
 from dynlm.config import Config, ConfigError
 
@@ -74,16 +81,16 @@ class ContextEncoder(nn.Module):
         if mask.shape != inputs.shape[:2]:
             raise ValueError(f"ContextEncoder: mask {tuple(mask.shape)} does not match inputs {tuple(inputs.shape[:2])}")
         batch_size, length, _ = inputs.shape
-        lengths = mask.sum(dim=1)  # [B]
-        # Packing runs each direction over exactly the real tokens of each row, so the backward
-        # direction starts at the last real token (not at padding). Empty rows get length 1 and
-        # are masked out below.
-        packed = pack_padded_sequence(
-            inputs, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
-        states, _ = self.rnn(packed)
-        states, _ = pad_packed_sequence(states, batch_first=True, total_length=length)  # [B, L, 2H]
         hidden = self.cfg.hidden_dim
+        lengths = mask.sum(dim=1, keepdim=True)  # [B, 1]
+        positions = torch.arange(length, device=inputs.device).unsqueeze(0)  # [1, L]
+        # position p <-> lengths - 1 - p inside each sentence, padding in place (an involution)
+        reverse = torch.where(positions < lengths, lengths - 1 - positions, positions)  # [B, L]
+        forward_states = self._direction(inputs, "")  # [B, L, H]
+        reversed_inputs = inputs.gather(1, reverse.unsqueeze(-1).expand_as(inputs))
+        backward_states = self._direction(reversed_inputs, "_reverse")  # [B, L, H], in reversed order
+        backward_states = backward_states.gather(1, reverse.unsqueeze(-1).expand(-1, -1, hidden))
+        states = torch.cat([forward_states, backward_states], dim=-1)  # [B, L, 2H]
         states = states * mask.unsqueeze(-1).to(states.dtype)  # zero beyond each sentence
         forward_states, backward_states = states[..., :hidden], states[..., hidden:]  # [B, L, H] each
         zeros = forward_states.new_zeros(batch_size, 1, hidden)
@@ -91,3 +98,18 @@ class ContextEncoder(nn.Module):
         after = torch.cat([backward_states[:, 1:], zeros], dim=1)  # h_bwd(p + 1), [B, L, H]
         context = F.relu(self.proj(torch.cat([before, after], dim=-1)))  # [B, L, output_dim]
         return context * mask.unsqueeze(-1).to(context.dtype)
+
+    def _direction(self, inputs: torch.Tensor, suffix: str) -> torch.Tensor:
+        """One direction of ``self.rnn`` (its weights ``*_l0{suffix}``) over ``inputs [B, L, E]``
+        read left to right from a zero state, as one fused call: ``[B, L, H]``."""
+        rnn = self.rnn
+        params = [getattr(rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        zeros = inputs.new_zeros(1, inputs.size(0), self.cfg.hidden_dim)
+        with warnings.catch_warnings():  # cuDNN: the direction's weights are not one flat buffer (copied)
+            warnings.filterwarnings("ignore", message=".*not part of single contiguous chunk of memory.*")
+            if self.cfg.cell == "lstm":
+                out, _, _ = torch.ops.aten.lstm.input(inputs, [zeros, zeros], params, True, 1, 0.0, self.training,
+                                                      False, True)
+            else:
+                out, _ = torch.ops.aten.gru.input(inputs, zeros, params, True, 1, 0.0, self.training, False, True)
+        return out

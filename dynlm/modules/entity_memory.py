@@ -83,6 +83,17 @@ def reset_memory(state: EntityMemoryState, keep: torch.Tensor) -> EntityMemorySt
     )
 
 
+def select_memory(state: EntityMemoryState, rows: torch.Tensor) -> EntityMemoryState:
+    """The memory of the documents ``rows`` ``[R]`` (a copy): ``[R, K, D]`` / ``[R, K]``."""
+    return EntityMemoryState(state.memory.index_select(0, rows), state.score_lse.index_select(0, rows))
+
+
+def update_memory(state: EntityMemoryState, rows: torch.Tensor, part: EntityMemoryState) -> EntityMemoryState:
+    """``state`` with the documents ``rows`` ``[R]`` replaced by ``part`` (out of place)."""
+    return EntityMemoryState(state.memory.index_copy(0, rows, part.memory),
+                             state.score_lse.index_copy(0, rows, part.score_lse))
+
+
 def detach_memory(state: EntityMemoryState) -> EntityMemoryState:
     return EntityMemoryState(state.memory.detach(), state.score_lse.detach())
 
@@ -100,6 +111,8 @@ class EntityMerge(nn.Module):
             self.score_proj = nn.Linear(dim, dim)  # W (with bias)
             self.score_vector = nn.Linear(dim, 1, bias=False)  # v
 
+    compact_on_cpu = True  # merge only the updated rows on the CPU (False: the dense form everywhere)
+
     def forward(self, state: EntityMemoryState, context: torch.Tensor, update: torch.Tensor) -> EntityMemoryState:
         """Merge one context vector per (document, entity).
 
@@ -116,26 +129,39 @@ class EntityMerge(nn.Module):
             raise ValueError(f"EntityMerge: context {tuple(context.shape)} != memory {tuple(memory.shape)}")
         if update.shape != memory.shape[:2]:
             raise ValueError(f"EntityMerge: update {tuple(update.shape)} != [B, K] {tuple(memory.shape[:2])}")
-        merge_fn = self.cfg.merge_fn
-        new_lse = score_lse
-        if merge_fn == "max":
-            merged = torch.maximum(memory, context)
-        elif merge_fn == "latest":
-            merged = context
-        elif merge_fn in ("gru", "gru_relu"):
-            batch_size, num_entities, dim = memory.shape
-            merged = self.cell(context.reshape(-1, dim), memory.reshape(-1, dim)).view(batch_size, num_entities, dim)
-            if merge_fn == "gru_relu":
-                merged = F.relu(merged)
-        else:  # attention
-            score = self.score_vector(torch.tanh(self.score_proj(context))).squeeze(-1)  # [B, K]
-            merged_lse = torch.logaddexp(score_lse, score)  # [B, K]
-            old_weight = torch.exp(score_lse - merged_lse).unsqueeze(-1)  # 0 before the first context
-            new_weight = torch.exp(score - merged_lse).unsqueeze(-1)
-            merged = old_weight * memory + new_weight * context
-            new_lse = torch.where(update, merged_lse, score_lse)
+        if memory.device.type == "cpu" and self.compact_on_cpu:
+            # Only the updated (document, entity) rows: a sentence mentions a few of the B x K
+            # chains, and finding them is free on the CPU (on an accelerator it would be a host
+            # synchronisation, so there the dense form below runs instead).
+            dim = memory.size(-1)
+            rows = update.reshape(-1).nonzero().squeeze(1)  # [M]
+            flat_memory, flat_lse = memory.reshape(-1, dim), score_lse.reshape(-1)
+            merged, merged_lse = self._merge(flat_memory[rows], context.reshape(-1, dim)[rows], flat_lse[rows])
+            return EntityMemoryState(flat_memory.index_copy(0, rows, merged).view_as(memory),
+                                     flat_lse.index_copy(0, rows, merged_lse).view_as(score_lse))
+        merged, merged_lse = self._merge(memory, context, score_lse)
         new_memory = torch.where(update.unsqueeze(-1), merged, memory)
-        return EntityMemoryState(new_memory, new_lse)
+        return EntityMemoryState(new_memory, torch.where(update, merged_lse, score_lse))
+
+    def _merge(self, memory: torch.Tensor, context: torch.Tensor,
+               score_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The merged representation and running score of every row: ``memory``/``context``
+        ``[..., D]``, ``score_lse [...]`` -> same shapes (``score_lse`` as is but for attention)."""
+        merge_fn = self.cfg.merge_fn
+        if merge_fn == "max":
+            return torch.maximum(memory, context), score_lse
+        if merge_fn == "latest":
+            return context, score_lse
+        if merge_fn in ("gru", "gru_relu"):
+            dim = memory.size(-1)
+            merged = self.cell(context.reshape(-1, dim), memory.reshape(-1, dim)).view_as(memory)
+            return (F.relu(merged) if merge_fn == "gru_relu" else merged), score_lse
+        # attention
+        score = self.score_vector(torch.tanh(self.score_proj(context))).squeeze(-1)  # [...]
+        merged_lse = torch.logaddexp(score_lse, score)  # [...]
+        old_weight = torch.exp(score_lse - merged_lse).unsqueeze(-1)  # 0 before the first context
+        new_weight = torch.exp(score - merged_lse).unsqueeze(-1)
+        return old_weight * memory + new_weight * context, merged_lse
 
 
 def mention_ranks(entity_ids: torch.Tensor, mask: torch.Tensor, num_entities: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -160,3 +160,32 @@ def test_bad_config_and_shapes():
         EntityMergeConfig.from_dict({"entity_dim": 2, "merge_fn": "mean"})
     with pytest.raises(ValueError, match="context"):
         _merge("max")(init_memory(1, 2, 2), torch.zeros(1, 3, 2), torch.ones(1, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("merge_fn", ["max", "gru", "gru_relu", "latest", "attention"])
+def test_the_compact_cpu_merge_equals_the_dense_form(merge_fn):
+    """On the CPU only the updated rows are merged; the dense form (what runs on an accelerator)
+    gives the same memory, scores and gradients, and leaves the other rows exactly as they were."""
+    torch.manual_seed(3)
+    merge = _merge(merge_fn, dim=4)
+    entity_ids = torch.tensor([[1, 0, 3, 1, 2], [0, 2, 2, 0, 0], [0, 0, 0, 0, 0]])  # doc 2 mentions nothing
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    results = []
+    for compact in (True, False):
+        merge.compact_on_cpu = compact
+        contexts = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        state = EntityMemoryState(torch.randn(3, 3, 4, generator=torch.Generator().manual_seed(2)),
+                                  torch.tensor([[0.5, float("-inf"), 1.0]] * 3))
+        out = merge_mentions(merge, state, contexts, entity_ids, mask)
+        out.memory.sum().backward()
+        results.append((out, contexts.grad, [p.grad.clone() for p in merge.parameters()]))
+        merge.zero_grad()
+    (compact, compact_grad, compact_params), (dense, dense_grad, dense_params) = results
+    assert torch.allclose(compact.memory, dense.memory, atol=1e-6)
+    assert torch.equal(compact.score_lse.isinf(), dense.score_lse.isinf())
+    finite = dense.score_lse.isfinite()
+    assert torch.allclose(compact.score_lse[finite], dense.score_lse[finite], atol=1e-6)
+    assert torch.allclose(compact_grad, dense_grad, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(compact_params, dense_params))
+    state_memory = torch.randn(3, 3, 4, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(compact.memory[2], state_memory[2])  # no mention: untouched, bit for bit
