@@ -10,8 +10,10 @@ DNTM) the entity memory. Run::
     python benchmarks/bench_models.py --corpus wikitext2
 
 ``--corpus litbank|wikitext2`` (issue 11) trains on real documents, whose ragged sentences the
-synthetic ones hide, in both batch layouts (sentence lockstep, ``train.bptt_tokens=0``; chunks
-of ``--chunk-tokens`` positions, :class:`dynlm.data.batching.ChunkLayout`), against the
+synthetic ones hide, in three batch layouts (sentence lockstep, ``train.bptt_tokens=0``; chunks
+of ``--chunk-tokens`` positions, :class:`dynlm.data.batching.ChunkLayout`, one document a row;
+the same with ``pack_documents``, several documents a row, ``--max-docs`` larger than
+``--batch-size``), against the
 **plain-stream reference**: a pytorch/examples-style LSTM LM of the same size (embedding ->
 dropout -> LSTM -> dropout -> linear) over the same tokens concatenated into one stream,
 ``--stream-batch`` columns x ``--chunk-tokens`` tokens a step. Targets there: RNNLM (chunks)
@@ -195,14 +197,19 @@ def run_corpus(args, device) -> None:
     padding: dict[str, float] = {}
     collate_rate: dict[str, float] = {}
     for model_name, model_cfg in models.items():
+        tokens, whole = chunk_tokens(args, model_cfg), needs_whole_sentences(model_cfg)
         for layout_name, layout, cfg in (
                 ("lockstep", None, TrainConfig(lr=1e-3, bptt_sentences=args.bptt)),
-                ("chunks", ChunkLayout(chunk_tokens(args, model_cfg), whole_sentences=needs_whole_sentences(model_cfg)),
-                 TrainConfig(lr=1e-3, bptt_tokens=chunk_tokens(args, model_cfg)))):
+                ("chunks", ChunkLayout(tokens, whole_sentences=whole), TrainConfig(lr=1e-3, bptt_tokens=tokens)),
+                ("packed", ChunkLayout(tokens, whole_sentences=whole, pack_documents=True),
+                 TrainConfig(lr=1e-3, bptt_tokens=tokens))):
+            if layout_name not in args.layouts.split(","):
+                continue
             started = time.perf_counter()
             timed = list(batch_documents(rows, spec, args.batch_size, seed=0, layout=layout))
             seconds = time.perf_counter() - started
-            key = layout_name if layout is None else f"chunks of {layout.tokens}" + (", whole sentences" if layout.whole_sentences else "")
+            key = layout_name if layout is None else f"chunks of {layout.tokens}" + (
+                ", whole sentences" if layout.whole_sentences else "") + (", packed rows" if layout.pack_documents else "")
             padding[key] = sum(b.num_padded for b in timed) / sum(b.num_padded + b.num_tokens for b in timed)
             collate_rate[key] = sum(b.num_tokens for b in timed) / seconds
             warm = list(batch_documents(warm_rows, spec, args.batch_size, seed=0, layout=layout))
@@ -223,12 +230,14 @@ def run_corpus(args, device) -> None:
     variants = {plain_name: (lambda b: plain_stream_train(plain, b, plain_opt, args.chunk_tokens, device),
                              [stream[:, : 4 * args.chunk_tokens + 1]], [stream]), **variants}
     best = time_variants(variants, args.rounds, device)
-    print(f"corpus={args.corpus} documents={len(rows)} tokens={sum(b.num_tokens for b in variants['RNNLM (chunks)'][2]):,} "
+    some_rnn = next(v for name, v in variants.items() if name.startswith("RNNLM"))
+    print(f"corpus={args.corpus} documents={len(rows)} tokens={sum(b.num_tokens for b in some_rnn[2]):,} "
           f"device={device} threads={torch.get_num_threads()} vocab={spec.output_size} E={args.embed_dim} "
           f"H={args.hidden_dim} layers={args.num_layers} batch={args.batch_size} documents, lockstep bptt={args.bptt} "
           f"sentences, chunks of {args.chunk_tokens} tokens ({args.whole_chunk_tokens} for whole sentences)")
-    base, rnn = best[plain_name], best["RNNLM (chunks)"]
-    print(f"| variant | tokens/s | x plain stream | x RNNLM (chunks) |\n|---|---|---|---|")
+    reference = "RNNLM (packed)" if "RNNLM (packed)" in best else "RNNLM (chunks)"
+    base, rnn = best[plain_name], best[reference]
+    print(f"| variant | tokens/s | x plain stream | x {reference} |\n|---|---|---|---|")
     for name, rate in best.items():
         print(f"| {name} | {rate:,.0f} | {rate / base:.2f} | {rate / rnn:.2f} |")
     print("\n| layout | padding fraction | collate tokens/s |\n|---|---|---|")
@@ -287,6 +296,9 @@ def main() -> None:
     parser.add_argument("--chunk-tokens", type=int, default=35, help="real corpora: chunk layout / plain stream step")
     parser.add_argument("--whole-chunk-tokens", type=int, default=140,
                         help="real corpora: chunk layout of a whole-sentence model (the DNTM; sentences packed up to it)")
+    parser.add_argument("--layouts", default="lockstep,chunks,packed",
+                        help="real corpora: batch layouts timed (lockstep, chunks: one document a row, packed: "
+                             "several documents a row, ChunkLayout.pack_documents)")
     parser.add_argument("--stream-batch", type=int, default=16, help="plain stream: columns")
     parser.add_argument("--dropout", type=float, default=0.3, help="real corpora")
     parser.add_argument("--merge-fns", default="gru", help="real corpora: DNTM merges (comma list)")

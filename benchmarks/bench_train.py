@@ -9,6 +9,16 @@ loops run on CUDA with bf16 autocast and the mean GPU utilisation during each ru
 
     python benchmarks/bench_train.py                      # CPU, 1 thread per process
     python benchmarks/bench_train.py --use-gpu --out $OUT/bench_train.json
+    python benchmarks/bench_train.py --corpus litbank --threads 2 --epochs 2
+
+``--corpus litbank`` (issue 11) trains the report's baseline on the 80 LitBank documents of
+``../shared/data/litbank`` (anonymized, vocabulary 10k + 50 chains, 2 x 256 LSTM, E 256,
+dropout 0.3, global batch 16 documents, chunks of 35 tokens with several documents a row) and
+adds the **plain-stream reference**: a pytorch/examples LSTM LM of the same size over the same
+training tokens as one stream (16 columns x 35 tokens, ``--threads`` threads, one process), the
+loop the issue compares ``dynlm train`` with (target: Ray Train 2 workers >= 0.7x it). Every
+figure is the epoch's target tokens over its wall time, Ray Data's start-up included; the
+table gives epoch 1 and the median of the later epochs.
 """
 
 from __future__ import annotations
@@ -26,6 +36,30 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.gpu_sampler import GpuSampler  # noqa: E402
+
+
+def plain_stream(job, prepared, threads: int) -> list[float]:
+    """tokens/s per epoch of the plain-stream reference over the prepared training documents."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_models import PlainStreamLM, _inputs, plain_stream_train
+
+    torch.set_num_threads(threads)
+    tokens = [w for row in prepared.iter_rows("train") for w in _inputs(row)]
+    stream_batch, bptt = job.train.batch_size, job.train.bptt_tokens or 35
+    columns = len(tokens) // stream_batch
+    stream = torch.tensor(tokens[: columns * stream_batch], dtype=torch.long).view(stream_batch, columns)
+    torch.manual_seed(0)
+    m = job.model
+    model = PlainStreamLM(prepared.spec.output_size, m.embed_dim, m.hidden_dim, m.num_layers, m.dropout)
+    optimizer = torch.optim.Adam(model.parameters(), lr=job.train.lr)
+    rates = []
+    for _ in range(job.train.epochs):
+        started = time.perf_counter()
+        count = plain_stream_train(model, stream, optimizer, bptt, torch.device("cpu"))
+        rates.append(count / (time.perf_counter() - started))
+    return rates
 
 
 def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
@@ -47,8 +81,10 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
     rates = []
     for epoch in range(1, cfg.epochs + 1):
         started, tokens = time.perf_counter(), 0
-        batches = LMTask().stream_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
-                                        seed=epoch, buffer_rows=cfg.batch_size * SORT_BUFFER_BATCHES)
+        task = LMTask()
+        batches = task.stream_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
+                                      seed=epoch, buffer_rows=cfg.batch_size * SORT_BUFFER_BATCHES,
+                                      layout=task.batch_layout(cfg, job.model))
         for batch in batches:
             with torch.autocast("cuda", dtype=torch.bfloat16) if use_gpu else torch.autocast("cpu", enabled=False):
                 tokens += train_step(model, batch, optimizer, cfg, scheduler=schedule)["tokens"]
@@ -71,6 +107,9 @@ def ray_train(job, prepared, num_workers: int, name: str) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--use-gpu", action="store_true")
+    parser.add_argument("--corpus", choices=["synthetic", "litbank"], default="synthetic")
+    parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "litbank" / "conll"),
+                        help="--corpus litbank: the LitBank CoNLL folder")
     parser.add_argument("--documents", type=int, default=1000,
                         help="synthetic documents (small epochs measure the per-epoch ingest start-up instead)")
     parser.add_argument("--epochs", type=int, default=3)
@@ -91,10 +130,20 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_train_"))
-    write_conll(SynthConfig(num_documents=args.documents, docs_per_file=50), work / "synth")
-    job = default_job([
-        f"data.inputs=[{work / 'synth'}]", f"data.output_root={work / 'prepared'}",
-        f"model.embed_dim={args.hidden_dim}", f"model.hidden_dim={args.hidden_dim}",
+    if args.corpus == "litbank":
+        if not Path(args.data_dir).is_dir():
+            print(f"[bench] no LitBank folder at {args.data_dir}")
+            return 2
+        corpus = [f"data.inputs=[{args.data_dir}]", "data.vocab_size=10000", "data.max_chains=50", "data.bpe_merges=0",
+                  "model.type=rnn", "model.embed_dim=256", "model.hidden_dim=256", "model.num_layers=2",
+                  "model.dropout=0.3", "train.bptt_tokens=35", "train.lr=0.002"]
+        args.batch_size = 16
+    else:
+        write_conll(SynthConfig(num_documents=args.documents, docs_per_file=50), work / "synth")
+        corpus = [f"data.inputs=[{work / 'synth'}]", f"model.embed_dim={args.hidden_dim}",
+                  f"model.hidden_dim={args.hidden_dim}"]
+    job = default_job(corpus + [
+        f"data.output_root={work / 'prepared'}",
         f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}", "train.lr_schedule=constant",
         "train.early_stopping_patience=0", f"run.storage_path={work / 'ray'}",
         f"run.tracking_uri=sqlite:///{work / 'mlflow.db'}", f"run.use_gpu={str(args.use_gpu).lower()}",
@@ -105,7 +154,8 @@ def main() -> int:
     prepared = prepare(job.data, progress=False)
     stamp = time.strftime("%H%M%S")
     runs = {}
-    for label, fn in (("plain loop", lambda: plain_loop(job, prepared, args.use_gpu)),
+    references = [("plain stream", lambda: plain_stream(job, prepared, args.threads))] if args.corpus == "litbank" else []
+    for label, fn in (*references, ("plain loop", lambda: plain_loop(job, prepared, args.use_gpu)),
                       ("ray train 1 worker", lambda: ray_train(job, prepared, 1, f"bench1-{stamp}")),
                       ("ray train 2 workers", lambda: ray_train(job, prepared, 2, f"bench2-{stamp}"))):
         if args.use_gpu and label.endswith("2 workers") and torch.cuda.device_count() < 2:
@@ -120,15 +170,18 @@ def main() -> int:
         print(f"[bench] {label}: {runs[label]['tokens_per_s']:.0f} tokens/s (epochs: "
               + ", ".join(f"{r:.0f}" for r in rates) + ")", flush=True)
 
-    base = runs["plain loop"]["tokens_per_s"]
+    reference = "plain stream" if "plain stream" in runs else "plain loop"
+    base = runs[reference]["tokens_per_s"]
     print(f"\ntraining throughput ({'GPU bf16' if args.use_gpu else f'CPU, {args.threads} thread(s)'}; "
-          f"{args.documents} docs, global batch {args.batch_size}, hidden {args.hidden_dim})")
-    print(f"{'run':<22}{'tokens/s':>12}{'vs plain':>10}{'GPU util %':>12}")
+          f"{args.corpus} ({prepared.num_documents('train')} training documents), global batch {args.batch_size}, "
+          f"model {job.model.type} E={job.model.embed_dim} H={job.model.hidden_dim} x {job.model.num_layers}, "
+          f"bptt_tokens={job.train.bptt_tokens})")
+    print(f"| run | epoch 1 tokens/s | later epochs tokens/s | x {reference} | GPU util % |\n|---|---|---|---|---|")
     for label, row in runs.items():
         util = row["gpu_util_mean"]
-        print(f"{label:<22}{row['tokens_per_s']:>12.0f}{row['tokens_per_s'] / base:>9.2f}x"
-              f"{(f'{util:.0f}' if util is not None else '-'):>12}")
-        row["ratio_vs_plain"] = row["tokens_per_s"] / base
+        print(f"| {label} | {row['per_epoch'][0]:,.0f} | {row['tokens_per_s']:,.0f} | {row['tokens_per_s'] / base:.2f} | "
+              f"{(f'{util:.0f}' if util is not None else '-')} |")
+        row["ratio_vs_reference"] = row["tokens_per_s"] / base
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
     if not args.workdir:
