@@ -11,7 +11,7 @@ from typing import Literal
 from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.data import fingerprint
-from dynlm.data.split import SPLITS, path_parts
+from dynlm.data.split import SPLITS, file_split, path_parts
 
 # Bump when the preprocessing code changes its output for the same config (keys prepared folders).
 # 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings;
@@ -78,6 +78,15 @@ class CorpusConfig(Config):
         folder) of an input folder; a file named in ``inputs`` is always read. Default: every
         file (hidden and ``_``-prefixed ones aside, as Ray Data does). A task's config overrides it."""
         return True
+
+    def file_split(self, path: str) -> tuple[str, str | None]:
+        """``(rule, split)`` of one input file (``path`` and this config's ``inputs`` / ``splits``
+        resolved alike): ``config`` / ``named`` with its split, or ``hash`` (None: hash each
+        document). The parse stage should split by it, and the driver records the job's rule from
+        it (:func:`dynlm.data.split.check_split_rule`), so the manifest's ``split_rule`` is the
+        rule applied. Default: :func:`dynlm.data.split.file_split`. A task's config overrides it
+        when its files give their split another way (or not at all)."""
+        return file_split(path, self.inputs, self.splits)
 
     def input_files(self) -> list[str]:
         """The files the prepare job reads (:func:`dynlm.data.fingerprint.input_files`, filtered

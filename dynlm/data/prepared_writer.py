@@ -93,10 +93,12 @@ def check_documents(meta: pa.Table | None, inputs: list[str]) -> None:
 
 
 def split_rule(meta: pa.Table, resolved, *, require_train: bool = True) -> str:
-    """The split rule all documents followed (``named`` / ``config`` / ``hash``), or SplitRuleError."""
+    """The split rule all documents followed (``named`` / ``config`` / ``hash``), or SplitRuleError:
+    each file's rule is the data config's ``file_split``, the one its parse stage applied."""
     documents = meta.filter(pc.equal(meta["kind"], "document"))
     return check_split_rule(documents["input_file"].to_pylist(), resolved.inputs, resolved.splits,
-                            documents["split"].to_pylist(), require_train=require_train)
+                            documents["split"].to_pylist(), require_train=require_train,
+                            file_rule=resolved.file_split)
 
 
 def by_split(encoded: Iterable[pa.Table], schema: pa.Schema) -> dict[str, pa.Table]:

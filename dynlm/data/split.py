@@ -11,6 +11,12 @@ Three rules; one prepare job uses exactly one of them for all its documents (``s
 * ``hash``: unsplit inputs. Each document's split comes from a hash of its id
   (:func:`assign_split`), so it never depends on the order of documents or the number of workers.
 
+Which rule a file follows is decided once, by its data config's ``file_split(path)`` (default:
+:func:`file_split`; the cloze task's config hashes CMRC-2017's ``cloze.valid.*`` files unless
+``data.named_splits``, and reads CBT's ``_``-separated names when it is set): the parse stage
+splits the file's documents by it and :func:`check_split_rule` records the rule from it, so the
+recorded rule is the one that was applied.
+
 Mixed inputs are an error (:class:`SplitRuleError`), never a guess: with a named corpus plus an
 unnamed file, hashing the unnamed file would put some of its documents into valid/test, and a
 valid/test set that is no longer the published one cannot be compared with published figures.
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 SPLITS = ("train", "valid", "test")
 
@@ -167,7 +173,8 @@ def _examples(paths: Sequence[str], limit: int = 3) -> str:
 
 
 def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mapping[str, Sequence[str]],
-                     document_splits: Sequence[str], *, require_train: bool = True) -> str:
+                     document_splits: Sequence[str], *, require_train: bool = True,
+                     file_rule: Callable[[str], tuple[str, str | None]] | None = None) -> str:
     """The one split rule of a prepare job; raises :class:`SplitRuleError` when there is none.
 
     Args:
@@ -176,11 +183,17 @@ def check_split_rule(files: Sequence[str], inputs: Sequence[str], splits: Mappin
         document_splits: the split of every document (to check that train is not empty).
         require_train: raise when named or configured splits give no train document (False
             when documents are only evaluated).
+        file_rule: ``path -> (rule, split)``, the function the parse stage split the documents
+            with (a data config's ``file_split``); default :func:`file_split` of ``inputs`` /
+            ``splits``. The returned rule is the one it applied.
 
     Returns:
         ``"config"``, ``"named"`` or ``"hash"``.
     """
-    rules = {path: file_split(path, inputs, splits) for path in set(files)}
+    if file_rule is None:
+        def file_rule(path: str) -> tuple[str, str | None]:
+            return file_split(path, inputs, splits)
+    rules = {path: file_rule(path) for path in set(files)}
     if splits:
         unlisted = [p for p, (_, split) in rules.items() if split is None]
         if unlisted:

@@ -93,7 +93,9 @@ def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = No
     The LM task (a base with ``data.bpe_merges``, ``data.gamma`` and ``model.dntm``): valid
     perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn. Any other task:
     one panel per searched key in ``keys`` (categorical values at integer positions with their
-    labels), one colour per value of the first categorical key.
+    labels), one colour per value of the first categorical key. The y values and the y label
+    are the task's :meth:`~dynlm.tasks.base.Task.objective_display` of each trial's best
+    objective (the cloze task: valid accuracy in %, ``1 - error``; the LM keeps its label).
 
     Args:
         trials: the search's trials (those without a finite objective are left out).
@@ -106,12 +108,13 @@ def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = No
         return t.params[key] if t.params.get(key) is not None else default
 
     points = [t for t in trials if math.isfinite(t.best_valid_objective)]
+    display = base.get_task().objective_display()
     if base.task == "lm":
         def merge_fn(t: TrialSummary) -> str:
             return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
 
         panels = [("data.bpe_merges", base.data.bpe_merges), ("data.gamma", base.data.gamma)]
-        return _scatter_panels(points, panels, merge_fn, "merge_fn", "best valid perplexity", value)
+        return _scatter_panels(points, panels, merge_fn, "merge_fn", "best valid perplexity", value, display.value)
     keys = list(keys or [])
     categorical = [k for k in keys if any(isinstance(t.params.get(k), str) for t in points)]
     colour_key = categorical[0] if categorical else None
@@ -120,16 +123,12 @@ def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = No
         return str(t.params.get(colour_key)) if colour_key else "trial"
 
     panels = [(key, None) for key in keys if key != colour_key] or [(colour_key, None)]
-    return _scatter_panels(points, panels, colour, colour_key or "", f"best {_objective_label(base)}", value)
-
-
-def _objective_label(base) -> str:
-    return f"valid {base.get_task().primary_metric}"
+    return _scatter_panels(points, panels, colour, colour_key or "", display.label, value, display.value)
 
 
 def _scatter_panels(points: list[TrialSummary], panels: list[tuple[str, Any]], colour_of, colour_name: str,
-                    ylabel: str, value):
-    """Scatter plots of the objective, one per ``(key, default)`` panel, coloured by ``colour_of``."""
+                    ylabel: str, value, shown):
+    """Scatter plots of ``shown(objective)``, one per ``(key, default)`` panel, coloured by ``colour_of``."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -145,7 +144,7 @@ def _scatter_panels(points: list[TrialSummary], panels: list[tuple[str, Any]], c
             group = [t for t in points if colour_of(t) == name]
             xs = [value(t, key, default) for t in group]
             xs = [position[x] if isinstance(x, str) else x for x in xs]
-            axis.scatter(xs, [t.best_valid_objective for t in group], color=colours[name],
+            axis.scatter(xs, [shown(t.best_valid_objective) for t in group], color=colours[name],
                          label=f"{colour_name}={name}" if colour_name else name, s=30)
         if labels:
             axis.set_xticks(range(len(labels)), labels)

@@ -9,7 +9,8 @@ module: see docs/ARCHITECTURE.md, "Tasks"). Three groups of members:
   ``parse_files`` -> ``count_train`` -> ``fit_preprocessor`` -> ``encoder``;
 * **training**: ``collate`` / ``batches``, ``build_model``, ``loss``, ``train_step``, ``evaluate``,
   ``metrics`` (an accumulator class whose sums are all-reduced across ranks);
-* **report**: ``primary_metric`` (lower is better), ``metric_table``, ``metric_figures``.
+* **report**: ``primary_metric`` (lower is better), ``metric_table``, ``metric_figures``,
+  ``objective_display`` (how a search's figure shows the objective).
 
 Members that are plain functions are static, so ``LMTask.parse_files`` is the module-level
 function itself (picklable by reference, as Ray Data needs).
@@ -18,7 +19,7 @@ function itself (picklable by reference, as Ray Data needs).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 
@@ -31,6 +32,22 @@ PARSED_COLUMNS = ("kind", "doc_id", "source_file", "input_file", "split", "line"
 
 # Column types of ``Task.serving_inputs`` / ``serving_outputs`` (the pyfunc maps them to MLflow's).
 SERVING_TYPES = ("string", "long", "double", "list<string>", "list<double>", "list<list<string>>")
+
+
+class ObjectiveDisplay(NamedTuple):
+    """How a search report plots a task's objective (:meth:`Task.objective_display`).
+
+    Attributes:
+        label: the y axis label.
+        value: the plotted value of an objective value (``primary_metric``, lower is better).
+    """
+
+    label: str
+    value: Callable[[float], float]
+
+
+def _unchanged(objective: float) -> float:
+    return objective
 
 
 class Task(ABC):
@@ -224,3 +241,11 @@ class Task(ABC):
     def metric_figures(self, metrics: dict, title: str) -> dict[str, Any]:
         """``{artifact file name: matplotlib Figure}`` to log with the run (none by default)."""
         return {}
+
+    def objective_display(self) -> ObjectiveDisplay:
+        """How the search report's figure (:func:`dynlm.search.report.results_figure`) shows
+        each trial's best ``primary_metric``: the y label and the plotted value. Default: the
+        objective itself, ``best valid <primary_metric>`` (the LM's figure keeps its own label).
+        A task whose objective is an error may show what it is the error of (the cloze task:
+        accuracy in %)."""
+        return ObjectiveDisplay(f"best valid {self.primary_metric}", _unchanged)

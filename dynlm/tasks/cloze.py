@@ -25,7 +25,7 @@ import torch
 from dynlm.data.cbt import ANSWER_CLASSES
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.models.ga_reader import GAReader, GAReaderConfig, answer_nll
-from dynlm.tasks.base import Task
+from dynlm.tasks.base import ObjectiveDisplay, Task
 from dynlm.tasks.cloze_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUMNS, ClozeDataConfig, EncodeQuestions,
                                     QuestionBatch, batch_questions, collate_questions, count_train, encode_question,
                                     fit_preprocessor, inactive_row, parse_files)
@@ -48,6 +48,11 @@ def format_cloze_table(metrics: dict, title: str) -> str:
     lines += [f"{label:<28}{int(count):>8,d}{_cell(acc):>12}" for label, count, acc in rows]
     lines.append(f"{'mean -log P(answer)':<28}{'':>8}{metrics['loss']:>12.4f}")
     return "\n".join(lines)
+
+
+def accuracy_percent(error: float) -> float:
+    """The accuracy in % of an ``error`` (1 - accuracy), as the search figure plots it."""
+    return 100.0 * (1.0 - error)
 
 
 class ClozeTask(Task):
@@ -79,6 +84,10 @@ class ClozeTask(Task):
 
     def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
         return [("quarantined questions", f"{counts['quarantined']:,d}")]
+
+    def objective_display(self) -> ObjectiveDisplay:
+        """The search figure shows accuracy (%), not the error the search minimises."""
+        return ObjectiveDisplay("valid accuracy (%)", accuracy_percent)
 
     # ---------------------------------------------------------------------------- training
     def model_name(self, model_cfg) -> str:

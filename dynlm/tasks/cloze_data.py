@@ -31,7 +31,7 @@ from dynlm.data.bpe import SubwordTokenizer
 from dynlm.data.config import _NOT_HASHED, CorpusConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import Quarantined
-from dynlm.data.split import assign_split, file_split
+from dynlm.data.split import assign_split
 from dynlm.data.vocabulary import Vocabulary
 from dynlm.models.ga_reader import ReaderBatch, TokenInputs
 from dynlm.vocab_spec import UNK_ID, VocabSpec
@@ -93,6 +93,21 @@ class ClozeDataConfig(CorpusConfig):
         (and to the OOV flag at collate time), so folders of another gamma share their shards."""
         return self._hash(exclude=(*_NOT_HASHED, "gamma"), length=length)
 
+    def file_split(self, path: str) -> tuple[str, str | None]:
+        """``data.splits`` when given; else, with ``named_splits``, the split the file name gives
+        (CBT: ``cbtest_NE_train.txt``, ``_``-separated; others: the ``.``-separated rule of
+        :mod:`dynlm.data.split`), ``hash`` for a file that names none; without ``named_splits``
+        ``hash``, whatever the name says (CMRC-2017's ``cloze.valid.doc_query``)."""
+        rule, split = super().file_split(path)
+        if rule == "config":
+            return rule, split
+        if not self.named_splits:
+            return "hash", None
+        if cbt.is_cbt(path):
+            split = cbt.file_split(path)
+            return ("named", split) if split else ("hash", None)
+        return rule, split
+
     def keeps_file(self, relative_path: str) -> bool:
         """CMRC ``*.doc_query[.gz]`` / ``*.answer`` and CBT ``cbtest_*.txt`` files."""
         return cmrc.is_doc_query(relative_path) or relative_path.endswith(cmrc.ANSWER_SUFFIX) or cbt.is_cbt(relative_path)
@@ -133,19 +148,15 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
     rows = []
     empty = {"document": [], "query": [], "answer": "", "candidates": [], "answer_class": ""}
     for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist()):
-        rule, named = file_split(path, cfg.inputs, cfg.splits)
-        if rule != "config" and cfg.named_splits and cbt.is_cbt(path):
-            named = cbt.file_split(path)  # cbtest_NE_train.txt: "_"-separated, not the generic "." rule
-        keep = rule == "config" or cfg.named_splits
+        named = cfg.file_split(path)[1]  # None: hash each question (the rule the driver records)
         base = {"source_file": path, "input_file": path}
         for record in read_questions(data, path, cfg.inputs):
             if isinstance(record, Quarantined):
                 rows.append({**base, **empty, "kind": "quarantine", "doc_id": record.doc_id, "split": "",
                              "line": record.line, "reason": record.reason})
                 continue
-            split = named if keep and named else assign_split(record["doc_id"], seed=cfg.split_seed,
-                                                               valid_fraction=cfg.valid_fraction,
-                                                               test_fraction=cfg.test_fraction)
+            split = named or assign_split(record["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction,
+                                          test_fraction=cfg.test_fraction)
             rows.append({**base, **record, "kind": "document", "split": split, "reason": ""})
     return pa.Table.from_pylist(rows, schema=PARSED_SCHEMA)
 

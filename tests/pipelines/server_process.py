@@ -1,13 +1,16 @@
-"""Start a real server process for a test (``mlflow server``, ``mlflow models serve``) and stop it."""
+"""Start a real server process for a test (``mlflow server``, ``mlflow models serve``), post to
+it, and stop it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,3 +72,15 @@ def running_server(argv: list[str], ready_url: str, log_path: Path, env: dict[st
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
+
+
+def post_json(url: str, payload: dict | bytes) -> tuple[int, dict]:
+    """POST ``payload`` (a dict as JSON, or raw bytes as they are) to a started server; return
+    (status, JSON body), an HTTP error's too (a served model's 400 says why in its body)."""
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())

@@ -7,9 +7,6 @@ models serve`` of the champion over HTTP (a bad request is a 400 with its reason
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +16,7 @@ import yaml
 from dynlm.data.prepared import PreparedData
 from dynlm.data.synthetic_cloze import synthetic_cbt_text, write_synthetic_cbt
 from pipelines.cli import main
-from server_process import BIN_DIR, free_port, running_server, server_env
+from server_process import BIN_DIR, free_port, post_json, running_server, server_env
 
 JOB = {
     "task": "cloze",
@@ -78,20 +75,11 @@ def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlfl
     argv = [str(BIN_DIR / "mlflow"), "models", "serve", "-m", "models:/dynlm-saw@champion", "--env-manager", "local",
             "-h", "127.0.0.1", "-p", str(port)]
     with running_server(argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [
+        status, body = post_json(f"{base}/invocations", {"dataframe_records": [
             {"document": document, "query": query, "candidates": candidates.split("|")}]})
         assert status == 200, body
         (prediction,) = body["predictions"]
         assert prediction["answer"] == answers["answer"][0]
         assert abs(prediction["probability"] - answers["probability"][0]) < 1e-6
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"document": document, "query": " "}]})
+        status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"document": document, "query": " "}]})
         assert status == 400 and "'query' must be non-empty" in body["message"]
-
-
-def _post(url: str, payload: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())

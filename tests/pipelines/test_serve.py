@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,22 +11,11 @@ from dynlm import checkpoint, serving
 from dynlm.data.preprocessor import Preprocessor
 from pipelines import tracking
 from pipelines.defaults import default_job
-from server_process import BIN_DIR, free_port, running_server, server_env
+from server_process import BIN_DIR, free_port, post_json, running_server, server_env
 from tiny_lm import make_prepared_folder, make_tiny_lm
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "the captain saw the zeppelin .\n<unk1> laughed ."
-
-
-def _post(url: str, payload: dict | bytes) -> tuple[int, dict]:
-    """POST ``payload`` (a dict as JSON, or raw bytes as they are); return (status, JSON body)."""
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 # Bad requests and what the 400's reason must say (the last line of the body's "message").
@@ -65,7 +52,7 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
     argv = [str(BIN_DIR / "mlflow"), "models", "serve", "-m", "models:/dynlm-dntm@champion",
             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
     with running_server(argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
+        status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
         assert status == 200, body
         (prediction,) = body["predictions"]
         assert prediction["tokens"] == ["the", "captain", "saw", "the", "zeppelin", ".", "<eos>",
@@ -75,16 +62,16 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
         assert prediction["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
 
         tokens = [line.split() for line in TEXT.splitlines()]
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"tokens": tokens}]})
+        status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"tokens": tokens}]})
         assert status == 200, body
         assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)
 
         for name, (payload, reason) in BAD_REQUESTS.items():
-            status, body = _post(f"{base}/invocations", payload)
+            status, body = post_json(f"{base}/invocations", payload)
             assert status == 400, (name, body)
             assert reason in body["message"], (name, body)
             assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (name, body)
             assert str(REPO) not in json.dumps(body) and "site-packages" not in json.dumps(body), (name, body)
-        status, body = _post(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
+        status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
         assert status == 200, body  # the server still answers after every bad request
         assert body["predictions"][0]["token_log_probs"] == pytest.approx(expected["token_log_probs"], abs=1e-6)

@@ -6,6 +6,7 @@ import pytest
 
 from dynlm.config import ConfigError
 from dynlm.data.config import DataConfig
+from dynlm.tasks.cloze_data import ClozeDataConfig
 from dynlm.data.split import (
     SplitRuleError,
     check_split_rule,
@@ -88,6 +89,32 @@ def test_check_split_rule_gives_one_rule():
     assert check_split_rule(["/c/a.txt"], ["/c"], {}, ["valid"]) == "hash"  # hash: no train is not this rule's error
     splits = {"train": ["/c/a.txt"], "valid": ["/c/b.txt"]}
     assert check_split_rule(["/c/a.txt", "/c/b.txt"], ["/c"], splits, ["train", "valid"]) == "config"
+
+
+def test_the_recorded_rule_is_the_one_the_data_config_applied():
+    """The rule comes from the data config's ``file_split``, the one its parse stage splits by:
+    CMRC-2017's ``cloze.valid.*`` files are hashed by the cloze task unless ``named_splits``,
+    and CBT's ``_``-separated ``cbtest_NE_train.txt`` names are read when it is set."""
+    cmrc = ["/c/cloze.valid.doc_query", "/c/user.valid.doc_query.gz"]
+    cloze = ClozeDataConfig(inputs=["/c"])
+    assert [cloze.file_split(p) for p in cmrc] == [("hash", None), ("hash", None)]
+    assert check_split_rule(cmrc, ["/c"], {}, ["train", "valid", "test"]) == "named"  # what the names alone say
+    assert check_split_rule(cmrc, ["/c"], {}, ["train", "valid", "test"], file_rule=cloze.file_split) == "hash"
+
+    named = cloze.replace(named_splits=True)
+    cbt = ["/c/cbtest_NE_train.txt", "/c/cbtest_CN_valid_2000ex.txt", "/c/cbtest_NE_test_2500ex.txt"]
+    assert [named.file_split(p) for p in cbt] == [("named", "train"), ("named", "valid"), ("named", "test")]
+    assert check_split_rule(cbt, ["/c"], {}, ["train", "valid", "test"]) == "hash"  # no "."-separated name
+    assert check_split_rule(cbt, ["/c"], {}, ["train", "valid", "test"], file_rule=named.file_split) == "named"
+    assert named.file_split("/c/cloze.train.doc_query") == ("named", "train")  # other files: the "." rule
+    assert named.file_split("/c/cbtest_NE_extra.txt") == ("hash", None)
+    with pytest.raises(SplitRuleError, match=r"mix files whose path names their split \(e.g. /c/cbtest_NE_train.txt\) "
+                                             r"with files that name none \(/c/toy.doc_query\)"):
+        check_split_rule([cbt[0], "/c/toy.doc_query"], ["/c"], {}, ["train"], file_rule=named.file_split)
+    # data.splits wins either way
+    listed = cloze.replace(splits={"train": ["/c/cloze.valid.doc_query"]})
+    assert listed.file_split("/c/cloze.valid.doc_query") == ("config", "train")
+    assert DataConfig(inputs=["/wt2"]).file_split("/wt2/wiki.valid.tokens") == ("named", "valid")  # the LM's default
 
 
 def test_mixed_named_and_unnamed_inputs_are_an_error_that_says_what_to_do():

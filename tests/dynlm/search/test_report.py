@@ -39,9 +39,21 @@ def test_results_table_and_csv(trials):
     assert rows[1]["best_valid_objective"] == "38.5" and rows[1]["run_id"] == "r1" and rows[2]["run_id"] == ""
 
 
+def _plotted(axis) -> dict[str, list[tuple[float, float]]]:
+    """``{legend label: [(x, y), ...]}`` of a panel's scatter plots."""
+    return {c.get_label(): [tuple(map(float, xy)) for xy in c.get_offsets()] for c in axis.collections}
+
+
 def test_results_figure(trials, tmp_path):
     png = tmp_path / "plot.png"
-    results_figure(trials, default_job()).savefig(png, dpi=100)  # what log_figure stores
+    figure = results_figure(trials, default_job())
+    left, right = figure.axes
+    assert (left.get_xlabel(), right.get_xlabel(), left.get_ylabel()) == ("data.bpe_merges", "data.gamma",
+                                                                          "best valid perplexity")
+    # the LM's objective as it is (perplexity); t2 has none; gamma is the base's for both
+    assert _plotted(left) == {"merge_fn=gru": [(50.0, 38.5)], "merge_fn=max": [(0.0, 41.25)]}
+    assert _plotted(right) == {"merge_fn=gru": [(0.9, 38.5)], "merge_fn=max": [(0.9, 41.25)]}
+    figure.savefig(png, dpi=100)  # what log_figure stores
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
 
@@ -103,5 +115,29 @@ def test_results_figure_of_another_task(tmp_path):
     figure = results_figure(trials, base, ["model.embed_dim", "model.type"])
     (axis,) = figure.axes
     assert axis.get_xlabel() == "model.embed_dim" and axis.get_ylabel() == "best valid f1_error"
+    assert _plotted(axis) == {"model.type=name": [(32.0, 0.7)], "model.type=subtoken": [(64.0, 0.5), (32.0, 0.6)]}
     assert sorted(text.get_text() for text in axis.get_legend().get_texts()) == ["model.type=name", "model.type=subtoken"]
     figure.savefig(tmp_path / "t.png", dpi=50)
+
+
+def test_results_figure_of_the_saw_search_shows_accuracy(tmp_path):
+    """The cloze task minimises its error; its figure shows valid accuracy (%) = 100 (1 - error)
+    against bpe_merges and gamma, one colour per model.combine (tune_spaces/saw.yaml's keys)."""
+    from dynlm.search.space_file import job_for_task
+
+    base = job_for_task(default_job(), "cloze", inputs=["cmrc2017/cloze.valid.doc_query.gz"])
+    settings = [(0, 0.5, "concat", 0.25), (1000, 0.75, "sum", 0.375), (1000, 0.25, "concat", 0.5),
+                (5000, 0.5, "mul", float("nan"))]  # the last trial reported nothing
+    trials = [TrialSummary(trial_id=f"t{i}", params={"data.bpe_merges": merges, "data.gamma": gamma,
+                                                     "model.combine": combine},
+                           status="TERMINATED", best_valid_objective=error, epochs=2, time_s=1.0, run_id=f"r{i}",
+                           run_status="FINISHED") for i, (merges, gamma, combine, error) in enumerate(settings)]
+    figure = results_figure(trials, base, ["data.bpe_merges", "data.gamma", "model.combine"])
+    merges_axis, gamma_axis = figure.axes
+    assert (merges_axis.get_xlabel(), gamma_axis.get_xlabel()) == ("data.bpe_merges", "data.gamma")
+    assert merges_axis.get_ylabel() == "valid accuracy (%)"
+    assert _plotted(merges_axis) == {"model.combine=concat": [(0.0, 75.0), (1000.0, 50.0)],
+                                     "model.combine=sum": [(1000.0, 62.5)]}
+    assert _plotted(gamma_axis) == {"model.combine=concat": [(0.5, 75.0), (0.25, 50.0)],
+                                    "model.combine=sum": [(0.75, 62.5)]}
+    figure.savefig(tmp_path / "saw.png", dpi=50)

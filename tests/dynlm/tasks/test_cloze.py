@@ -15,7 +15,7 @@ from dynlm.serving import InputError
 from dynlm.tasks import get_task
 from dynlm.tasks.cloze_data import ClozeDataConfig, collate_questions
 from dynlm.tasks.cloze_metrics import ClozeMetrics
-from dynlm.tasks.local import files_table, prepare_in_memory
+from dynlm.tasks.local import files_table, prepare_in_memory, prepare_local
 
 TASK = get_task("cloze")
 TRAIN = SimpleNamespace(grad_clip=5.0)
@@ -64,6 +64,36 @@ def test_named_splits_keep_the_file_split(tmp_path):
     cfg = ClozeDataConfig(inputs=[str(tmp_path)], bpe_merges=5, named_splits=True)
     done = prepare_in_memory(TASK, files_table(cfg.input_files()), cfg)
     assert {s: len(r) for s, r in done.splits.items()} == {"train": 6, "valid": 0, "test": 3}
+    assert done.split_rule == "named"  # CBT's "_"-separated names, not the generic "." rule (which finds none)
+
+
+def _write_cmrc(folder, name: str, questions: int) -> None:
+    """A CMRC-2017 ``<name>.doc_query`` + ``<name>.answer`` pair, one answerable question per document."""
+    lines = [f"1 ||| w{i} 在 家 。\n2 ||| 他 说 w{i} 。\n<qid_{i}> ||| XXXXX 在 家 。\n" for i in range(questions)]
+    (folder / f"{name}.doc_query").write_text("".join(lines), encoding="utf-8")
+    (folder / f"{name}.answer").write_text("".join(f"<qid_{i}> ||| w{i}\n" for i in range(questions)), encoding="utf-8")
+
+
+def test_cmrc_files_that_name_one_split_are_hashed_and_the_manifest_says_hash(tmp_path):
+    """CMRC-2017's files all say ``valid``: without data.named_splits its questions are split by a
+    hash of their doc_id (seeded), and the manifest and the prepare table record ``hash``, not
+    ``named`` (what the "." in cloze.valid.doc_query alone would say)."""
+    (tmp_path / "in").mkdir()
+    _write_cmrc(tmp_path / "in", "cloze.valid", 12)
+    logged: list[str] = []
+    cfg = ClozeDataConfig(inputs=[str(tmp_path / "in")], output_root=str(tmp_path / "out"), bpe_merges=5, split_seed=3)
+    data = prepare_local(cfg, task="cloze", log=logged.append)
+    assert data.manifest["split_rule"] == "hash"
+    assert any(line.startswith("split rule") and "hash: unsplit inputs" in line
+               for text in logged for line in text.splitlines())
+    ids = {split: [row["doc_id"] for row in data.iter_rows(split)] for split in ("train", "valid", "test")}
+    assert ids == {"train": [f"cloze.valid/qid_{i}" for i in (0, 10, 11, 3, 4, 6, 7, 8)],  # sorted by doc_id
+                   "valid": ["cloze.valid/qid_5", "cloze.valid/qid_9"], "test": ["cloze.valid/qid_1", "cloze.valid/qid_2"]}
+
+    _write_cmrc(tmp_path / "in", "cloze.train", 4)  # with named_splits the names are kept, and said
+    named = prepare_local(cfg.replace(named_splits=True), task="cloze", log=logged.append)
+    assert named.manifest["split_rule"] == "named"
+    assert {split: named.num_documents(split) for split in ("train", "valid", "test")} == {"train": 4, "valid": 12, "test": 0}
 
 
 def test_metrics_all_reduce_round_trip():
