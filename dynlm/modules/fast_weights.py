@@ -243,6 +243,13 @@ def slice_columns(batch, start: int, end: int):
     if _is_field(batch, "reset_columns"):  # [R] CPU columns where a document starts
         columns = batch.reset_columns
         changes["reset_columns"] = columns[(columns >= start) & (columns < end)] - start
+    if _is_field(batch, "step_sentence_lengths"):  # [B, S] CPU: each sentence's extent in the slice
+        lengths = batch.step_sentence_lengths
+        first = lengths.cumsum(dim=1) - lengths  # column of each sentence's first position
+        last = torch.minimum(first + lengths, batch.lengths.view(-1, 1).clamp(max=end))  # one past its last kept
+        kept = last > first.clamp(min=start)
+        # sentence positions keep their sentence_pos, so a sentence's extent is counted from its first position
+        changes["step_sentence_lengths"] = torch.where(kept, last - first, torch.zeros_like(lengths))
     return dataclasses.replace(batch, **changes)
 
 
@@ -253,7 +260,8 @@ def _is_field(batch, name: str) -> bool:
 def select_rows(batch, rows: torch.Tensor | list[int]):
     """The documents ``rows`` of a ``SentenceBatch`` (a new batch; subword tables are shared)."""
     index = torch.as_tensor(rows, dtype=torch.long, device=batch.tokens.device)
-    names = POSITION_FIELDS + DOCUMENT_FIELDS + (("lengths",) if _is_field(batch, "lengths") else ())
+    names = POSITION_FIELDS + DOCUMENT_FIELDS + tuple(name for name in ("lengths", "step_sentence_lengths")
+                                                      if _is_field(batch, name))
     changes = {name: getattr(batch, name).index_select(0, index.to(getattr(batch, name).device))
                for name in names if getattr(batch, name, None) is not None}
     return dataclasses.replace(batch, **changes)

@@ -252,3 +252,20 @@ def test_packed_rows_read_several_documents_a_row(make_row, tiny_spec):
     assert unpacked.batch_size == 4 and unpacked.num_padded > batch.num_padded
     grouped = list(batch_documents(rows, tiny_spec, 2, seed=3, layout=layout))
     assert len(grouped) == 1 and sorted(grouped[0].doc_ids) == ["d0", "d1", "d2", "d3"]
+
+
+def test_sliced_and_selected_steps_keep_their_sentence_extents(make_row, tiny_spec):
+    """Dynamic evaluation cuts a document's step into segments at sentence ends (slice_columns)
+    after taking its row (select_rows): the per-sentence extents a whole-sentence model reads
+    must follow, as must the columns where a document starts."""
+    from dynlm.modules.fast_weights import select_rows, slice_columns
+
+    rows = [make_row("a", [[5, 6, 7], [8], [9, 10]]), make_row("b", [[6]])]  # a: 4 + 2 + 3 positions, b: 2
+    step = collate_documents(rows, tiny_spec, ChunkLayout(9, whole_sentences=True)).sentences[0]
+    assert step.step_sentence_lengths.tolist() == [[4, 2, 3], [2, 0, 0]]
+    row_a = select_rows(step, [0])
+    assert row_a.step_sentence_lengths.tolist() == [[4, 2, 3]] and row_a.reset_columns.tolist() == [0]
+    first, rest = slice_columns(row_a, 0, 4), slice_columns(row_a, 4, 9)
+    assert first.step_sentence_lengths.tolist() == [[4, 0, 0]] and first.reset_columns.tolist() == [0]
+    assert rest.step_sentence_lengths.tolist() == [[0, 2, 3]] and rest.reset_columns.tolist() == []
+    assert slice_columns(row_a, 4, 6).step_sentence_lengths.tolist() == [[0, 2, 0]]
