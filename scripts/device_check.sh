@@ -21,6 +21,12 @@ run ddp_nccl_bf16 75 python3 scripts/device_check.py --model dntm --epochs 3 --d
 # A/B of the bf16 divergence seen on the H200 (CPU bf16 autocast trains normally on this config)
 run ddp_nccl_fp32 75 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32 --precision fp32
 run rnn_bf16 60 python3 scripts/device_check.py --model rnn --epochs 3 --dim 256 --batch-size 32
+# issue 11: no host synchronisation inside a step (exit 1 names the op), then real LitBank documents
+# at the report size (E 256, 2 x 512, 64 rows) in packed rows against the plain-stream loop
+run sync_check 60 python3 scripts/sync_check.py --device cuda
+run bench_litbank_gpu 120 python3 benchmarks/bench_models.py --device cuda --threads 0 --corpus litbank \
+    --data-dir "$DATA/litbank/conll" --max-docs 80 --max-sentences 0 --embed-dim 256 --hidden-dim 512 --num-layers 2 \
+    --batch-size 64 --stream-batch 64 --layouts packed --rounds 2
 run bench_models 45 python3 benchmarks/bench_models.py --device cuda --threads 0 --embed-dim 256 --hidden-dim 256 --batch-size 32 --batches 4 --rounds 2
 run reproduce_dntm ${DNTM_LIMIT:-190} python3 benchmarks/reproduce_dntm.py --device cuda --data-dir "$DATA/litbank/conll" \
     --epochs ${DNTM_EPOCHS:-5} --batch-size 16 --embed-dim 128 --hidden-dim 256 --output "$OUT/dntm_litbank.md"

@@ -4,8 +4,9 @@ The pieces are public so other models compose them (the DNTM adds entity embeddi
 :meth:`RNNLM.embed` and :meth:`RNNLM.run_rnn`, and entity scores after it)::
 
     x = model.input_dropout(model.embed(batch))              # [B, L, E]
-    hidden, state = model.run_rnn(x, state, batch.lengths)   # [B, L, H]
-    logits = model.output_logits(hidden)                     # [B, L, V_out]
+    hidden, state = model.run_rnn(x, state, batch.lengths, batch)   # [B, L, H]
+    words, entities = model.word_and_entity_logits(model.output_dropout(hidden))
+    logits = model.join_logits(words, entities + extra, batch)      # [B, L, V_out], entity mask applied
 """
 
 from __future__ import annotations
