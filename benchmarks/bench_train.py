@@ -136,7 +136,7 @@ def main() -> int:
             return 2
         corpus = [f"data.inputs=[{args.data_dir}]", "data.vocab_size=10000", "data.max_chains=50", "data.bpe_merges=0",
                   "model.type=rnn", "model.embed_dim=256", "model.hidden_dim=256", "model.num_layers=2",
-                  "model.dropout=0.3", "train.bptt_tokens=35", "train.lr=0.002"]
+                  "model.dropout=0.3", "train.bptt_tokens=35", "train.pack_documents=true", "train.lr=0.002"]
         args.batch_size = 16
     else:
         write_conll(SynthConfig(num_documents=args.documents, docs_per_file=50), work / "synth")

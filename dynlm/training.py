@@ -52,9 +52,11 @@ class TrainConfig(Config):
     # sentences; 0: sentence lockstep (every sentence of the batch padded to the longest), bptt_sentences a step
     bptt_tokens: int = 0
     # with bptt_tokens > 0: a batch row reads several documents one after the other (the state is reset
-    # where one starts), so rows are not padded to the batch's longest document; off, or a model that
-    # cannot reset inside a step (the dynamical LM): one document a row
-    pack_documents: bool = True
+    # where one starts), so rows are not padded to the batch's longest document (a model that cannot reset
+    # inside a step, the dynamical LM, keeps one document a row). Opt-in: a packed batch holds
+    # PACKED_GROUP_BATCHES batches' worth of documents, so an epoch of a small corpus is one or two
+    # train_step calls (the progress bar and the fault points move per call)
+    pack_documents: bool = False
     grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
     weight_decay: float = 0.0
     lr_schedule: Literal["constant", "cosine", "plateau"] = "cosine"

@@ -537,7 +537,9 @@ def batch_documents(
             the order (sorted, or as given).
         layout: the steps' layout (:func:`collate_documents`); sorting is by steps, then tokens.
             With ``layout.pack_documents``: groups of ``PACKED_GROUP_BATCHES * batch_size``
-            documents (shuffled when ``seed`` is not None), each packed into ``batch_size`` rows.
+            documents (ordered by source file and id, then shuffled when ``seed`` is not None:
+            the batches do not depend on the order the rows came in), each packed into
+            ``batch_size`` rows.
 
     Yields:
         :class:`DocumentBatch` objects.
@@ -547,6 +549,9 @@ def batch_documents(
     rows = list(rows)
     rng = random.Random(seed)
     if layout is not None and layout.pack_documents:
+        # the order rows arrive in (a Ray Data shard's) may vary from run to run: a resumed epoch
+        # must pack the same rows the same way, so the shuffle starts from an order of their own
+        rows.sort(key=lambda row: (str(row.get("source_file", "")), str(row.get("doc_id", ""))))
         if seed is not None:
             rng.shuffle(rows)
         group = PACKED_GROUP_BATCHES * batch_size

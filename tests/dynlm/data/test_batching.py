@@ -269,3 +269,12 @@ def test_sliced_and_selected_steps_keep_their_sentence_extents(make_row, tiny_sp
     assert first.step_sentence_lengths.tolist() == [[4, 0, 0]] and first.reset_columns.tolist() == [0]
     assert rest.step_sentence_lengths.tolist() == [[0, 2, 3]] and rest.reset_columns.tolist() == []
     assert slice_columns(row_a, 4, 6).step_sentence_lengths.tolist() == [[0, 2, 0]]
+
+
+def test_packed_batches_do_not_depend_on_the_order_rows_arrive_in(random_rows, tiny_spec):
+    rows = random_rows(9, seed=6)
+    layout = ChunkLayout(6, pack_documents=True)
+    first = next(batch_documents(rows, tiny_spec, 3, seed=5, layout=layout))
+    again = next(batch_documents(list(reversed(rows)), tiny_spec, 3, seed=5, layout=layout))
+    assert first.doc_ids == again.doc_ids
+    assert all(torch.equal(a.tokens, b.tokens) for a, b in zip(first.sentences, again.sentences))

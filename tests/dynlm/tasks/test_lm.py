@@ -91,15 +91,17 @@ def test_the_prepare_table_shows_drops_only_when_there_are_some(prepared):
     assert counts["documents"] == {s: len(in_memory.splits[s]) for s in ("train", "valid", "test")}
 
 
-@pytest.mark.parametrize("bptt_tokens, model_type", [(0, "rnn"), (30, "rnn"), (30, "dntm")])
-def test_steps_per_epoch_counts_the_steps_the_batches_take(prepared, bptt_tokens, model_type):
+@pytest.mark.parametrize("bptt_tokens, model_type, pack", [(0, "rnn", False), (30, "rnn", False), (30, "dntm", False),
+                                                           (30, "rnn", True), (30, "dntm", True)])
+def test_steps_per_epoch_counts_the_steps_the_batches_take(prepared, bptt_tokens, model_type, pack):
     """The cosine schedule's length, read from the Parquet metadata only, is the number of
     optimizer steps the epoch's batches take, in either layout (chunks: one step each)."""
     cfg, _files, _in_memory = prepared
     local = prepare_local(cfg)
     task = get_task("lm")
-    train_cfg = TrainConfig(batch_size=4, bptt_tokens=bptt_tokens)
+    train_cfg = TrainConfig(batch_size=4, bptt_tokens=bptt_tokens, pack_documents=pack)
     layout = task.batch_layout(train_cfg, rnn_lm_small(type=model_type))
+    assert layout is None or layout.pack_documents == pack
     assert (layout is None) == (bptt_tokens == 0)
     assert layout is None or layout.whole_sentences == (model_type == "dntm")
     batches = list(task.batches(list(local.iter_rows("train")), local.spec, 4, seed=1, layout=layout))
