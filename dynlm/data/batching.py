@@ -381,7 +381,7 @@ def pack_rows(num_tokens: list[int], num_rows: int) -> list[list[int]]:
 
     Returns:
         For each row, the indices of its documents in the order given (e.g. sizes
-        ``[5, 9, 4, 4]`` in 2 rows: ``[[1], [0, 2, 3]]``, 9 and 13 tokens).
+        ``[5, 9, 4, 4]`` in 2 rows: ``[[1, 3], [0, 2]]``, 13 and 9 tokens).
     """
     rows: list[list[int]] = [[] for _ in range(min(num_rows, len(num_tokens)))]
     loads = [0] * len(rows)
