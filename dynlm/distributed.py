@@ -133,6 +133,7 @@ def inactive_like(step: SentenceBatch) -> SentenceBatch:
         target_kind=torch.zeros_like(step.target_kind),
         doc_start=torch.zeros_like(step.doc_start),
         step_sentence_lengths=torch.zeros_like(step.step_sentence_lengths),
+        step_mention_repeats=torch.zeros_like(step.step_mention_repeats),
         reset_columns=step.reset_columns[:0],
     )
 

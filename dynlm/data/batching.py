@@ -64,7 +64,8 @@ MENTION_BINS: tuple[tuple[int, int, int | None], ...] = (
 )
 
 # Tensors that stay on the CPU in SentenceBatch.to(device) (pack_padded_sequence wants CPU lengths).
-_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid", "reset_columns", "step_sentence_lengths")
+_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid", "reset_columns", "step_sentence_lengths",
+               "step_mention_repeats")
 
 
 @dataclass
@@ -99,6 +100,9 @@ class SentenceBatch:
         step_sentence_lengths: ``[B, S]`` long, positions of each row's s-th sentence in this step (0
             where the row has fewer; kept on CPU): a model that works per sentence runs sentence s
             of only the rows that have one, padded to their longest (``S`` as in ``sentence_grid``).
+        step_mention_repeats: ``[B, S]`` long, the most input-token mentions of one chain in each
+            row's s-th sentence of this step (kept on CPU): how many in-order merges the sentence
+            needs, known without asking the device (an upper bound after ``slice_columns``).
         doc_start: ``[B, L]`` bool, True at the first input position of a document (``<bos>`` of
             its first sentence): the row's state must be reset before that position.
         reset_columns: ``[R]`` long, the sorted columns where some row has ``doc_start`` (kept on
@@ -125,6 +129,7 @@ class SentenceBatch:
     sentence_pos: torch.Tensor
     sentence_grid: torch.Tensor
     step_sentence_lengths: torch.Tensor
+    step_mention_repeats: torch.Tensor
     doc_start: torch.Tensor
     reset_columns: torch.Tensor
 
@@ -453,9 +458,25 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         sentence_grid=torch.tensor(grid, dtype=torch.int64),
         step_sentence_lengths=torch.from_numpy(np.stack([np.bincount(sentence_id[b, : lengths[b]], minlength=grid[0])
                                                          for b in range(batch_size)])).to(torch.int64),
+        step_mention_repeats=torch.from_numpy(_mention_repeats(sentence_id, arrays["entity_ids"], real, grid[0])),
         doc_start=torch.from_numpy(doc_start),
         reset_columns=torch.from_numpy(np.flatnonzero(doc_start.any(axis=0))).to(torch.int64),
     )
+
+
+def _mention_repeats(sentence_id: np.ndarray, entity_ids: np.ndarray, real: np.ndarray,
+                     num_sentences: int) -> np.ndarray:
+    """``[B, S]``: the most mentions of one chain in each row's sentence s (``[B, L]`` inputs)."""
+    batch_size = sentence_id.shape[0]
+    repeats = np.zeros((batch_size, num_sentences), dtype=np.int64)
+    mention = real & (entity_ids > 0)
+    if mention.any():
+        rows = np.nonzero(mention)[0]
+        span = int(entity_ids.max()) + 1
+        keys = (rows * num_sentences + sentence_id[mention]) * span + entity_ids[mention]  # (row, sentence, chain)
+        keys, counts = np.unique(keys, return_counts=True)
+        np.maximum.at(repeats.reshape(-1), keys // span, counts)
+    return repeats
 
 
 def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | None = None,

@@ -202,7 +202,8 @@ class DNTM(nn.Module):
                 if starts is not None:
                     entities = reset_memory(entities, ~starts[:, s])
                 snapshots.append(entities.memory)
-                rows, width = grid.rows_of(s)  # [R] the rows that have a sentence s, and its longest length there
+                # [R] the rows that have a sentence s, its longest length there, the most mentions of one chain in it
+                rows, width, repeats = grid.rows_of(s)
                 if rows.numel() == 0:  # an inactive step (a DDP lockstep pad)
                     continue
                 ids, mask = ids_grid[rows, s, :width], mask_grid[rows, s, :width]  # [R, width]
@@ -211,7 +212,7 @@ class DNTM(nn.Module):
                 if self.use_input:
                     x_s = x_s + self.input_proj(self._entity_vectors(present.memory, ids))
                 x_s = self.lm.input_dropout(x_s)  # (a mask per document and sentence)
-                entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask))
+                entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask, repeats))
                 parts.append(nn.functional.pad(x_s, (0, 0, 0, grid.shape[2] - width)))  # [R, P, E]
                 slots.append(rows * grid.num_sentences + s)
             x = grid.gather(grid.assemble(parts, slots)) if parts else torch.zeros_like(x_static)  # [B, L, E]
@@ -229,9 +230,10 @@ class DNTM(nn.Module):
         logits = self.lm.join_logits(word_logits, entity_logits, batch)  # [B, L, V_out], the entity mask applied
         return LMOutput(logits=logits, hidden=hidden), DNTMState(rnn_state, entities)
 
-    def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor):
-        """The memory after one sentence: ``x_s [B, P, E]`` its input vectors, ``ids`` / ``mask`` ``[B, P]``."""
-        return merge_mentions(self.merge, entities, self.context_encoder(x_s, mask), ids, mask)
+    def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, repeats: int):
+        """The memory after one sentence: ``x_s [B, P, E]`` its input vectors, ``ids`` / ``mask`` ``[B, P]``,
+        ``repeats`` the most mentions of one chain in it (from the CPU batch)."""
+        return merge_mentions(self.merge, entities, self.context_encoder(x_s, mask), ids, mask, num_ranks=repeats)
 
     def forward(self, batch, state: DNTMState):
         """``SentenceBatch`` -> ``(LMOutput, state)``; a list of them -> ``(list[LMOutput], state)``."""
@@ -254,13 +256,15 @@ class _SentenceGrid:
         self.slot = torch.where(batch.mask, index, torch.full_like(index, slots))  # padding -> spare slot
         self.mask = self.scatter(batch.mask)  # [B, S, P] bool
         self.sentence_lengths = batch.step_sentence_lengths  # [B, S] on the CPU
+        self.mention_repeats = batch.step_mention_repeats  # [B, S] on the CPU
         self.device = batch.tokens.device
 
-    def rows_of(self, s: int) -> tuple[torch.Tensor, int]:
-        """The rows that have a sentence ``s`` (``[R]`` on the batch's device) and its longest
-        length there, from the CPU lengths (no device synchronisation)."""
+    def rows_of(self, s: int) -> tuple[torch.Tensor, int, int]:
+        """The rows that have a sentence ``s`` (``[R]`` on the batch's device), its longest length
+        there and the most mentions of one chain in it, from CPU tensors (no device synchronisation)."""
         lengths = self.sentence_lengths[:, s]
-        return lengths.gt(0).nonzero().squeeze(1).to(self.device, non_blocking=True), max(1, int(lengths.max()))
+        return (lengths.gt(0).nonzero().squeeze(1).to(self.device, non_blocking=True), max(1, int(lengths.max())),
+                int(self.mention_repeats[:, s].max()))
 
     def assemble(self, parts: list[torch.Tensor], slots: list[torch.Tensor]) -> torch.Tensor:
         """``[B, S, P, *]`` with ``parts[i] [R_i, P, *]`` at the flat slots ``slots[i] [R_i]``, zeros elsewhere."""

@@ -175,8 +175,11 @@ def mention_ranks(entity_ids: torch.Tensor, mask: torch.Tensor, num_entities: in
     Returns:
         mentions: [B, L, K] bool, token l of document b is a mention of chain k + 1.
         rank: [B, L, K] long, 0 for the first mention of that chain in the row, 1 for the second...
+
+    Ids are range-checked here only on the CPU: on an accelerator the check would synchronise
+    with the host every sentence, so there the data path checks them (``collate_documents``).
     """
-    if entity_ids.numel() and (int(entity_ids.min()) < 0 or int(entity_ids.max()) > num_entities):
+    if entity_ids.device.type == "cpu" and entity_ids.numel() and (int(entity_ids.min()) < 0 or int(entity_ids.max()) > num_entities):
         raise ValueError(
             f"entity_ids must be in [0, {num_entities}] (0 = not an entity), got "
             f"[{int(entity_ids.min())}, {int(entity_ids.max())}]"
@@ -193,6 +196,7 @@ def merge_mentions(
     contexts: torch.Tensor,
     entity_ids: torch.Tensor,
     mask: torch.Tensor,
+    num_ranks: int | None = None,
 ) -> EntityMemoryState:
     """Merge the context vector of every mention of a sentence, in sentence order.
 
@@ -202,13 +206,17 @@ def merge_mentions(
         contexts: [B, L, D] context vector of every position (from the context encoder).
         entity_ids: [B, L] chain index 1..K of each token, 0 otherwise.
         mask: [B, L] bool; masked positions never update the memory.
+        num_ranks: at least the most mentions of one chain in a row (a batch knows it on the CPU:
+            ``SentenceBatch.step_mention_repeats``); None: counted here, which on an accelerator
+            synchronises with the host. Extra ranks merge nothing.
 
     Returns:
         The memory after all mentions of the sentence were merged.
     """
     num_entities = state.memory.shape[1]
     mentions, rank = mention_ranks(entity_ids, mask, num_entities)
-    num_ranks = int(mentions.sum(dim=1).max()) if mentions.numel() else 0  # most mentions of one chain
+    if num_ranks is None:
+        num_ranks = int(mentions.sum(dim=1).max()) if mentions.numel() else 0  # most mentions of one chain
     for r in range(num_ranks):
         selected = mentions & (rank == r)  # [B, L, K], at most one position per (b, k)
         context = torch.einsum("blk,bld->bkd", selected.to(contexts.dtype), contexts)  # [B, K, D]

@@ -260,8 +260,8 @@ def _is_field(batch, name: str) -> bool:
 def select_rows(batch, rows: torch.Tensor | list[int]):
     """The documents ``rows`` of a ``SentenceBatch`` (a new batch; subword tables are shared)."""
     index = torch.as_tensor(rows, dtype=torch.long, device=batch.tokens.device)
-    names = POSITION_FIELDS + DOCUMENT_FIELDS + tuple(name for name in ("lengths", "step_sentence_lengths")
-                                                      if _is_field(batch, name))
+    per_row = ("lengths", "step_sentence_lengths", "step_mention_repeats")
+    names = POSITION_FIELDS + DOCUMENT_FIELDS + tuple(name for name in per_row if _is_field(batch, name))
     changes = {name: getattr(batch, name).index_select(0, index.to(getattr(batch, name).device))
                for name in names if getattr(batch, name, None) is not None}
     return dataclasses.replace(batch, **changes)

@@ -219,6 +219,23 @@ def test_chunk_steps_name_each_positions_sentence(make_row, tiny_spec):
     assert all(s.sentence_id.eq(0).all() and s.sentence_grid[0] == 1 for s in lockstep.sentences)
 
 
+def test_steps_count_the_most_mentions_of_one_chain_per_sentence(make_row, tiny_spec):
+    """The merge loop's length comes from the CPU batch, not from the device: per row and
+    sentence of the step, the most input-token mentions of one chain."""
+    rows = [make_row("a", [[E1, 5, E1, E2], [E2, 6], [7]]), make_row("b", [[E2, E1, E2, E2]])]
+    step = collate_documents(rows, tiny_spec, ChunkLayout(16, whole_sentences=True)).sentences[0]
+    assert step.step_mention_repeats.tolist() == [[2, 1, 0], [3, 0, 0]]
+    lockstep = collate_documents(rows, tiny_spec).sentences
+    assert [s.step_mention_repeats.tolist() for s in lockstep] == [[[2], [3]], [[1], [0]], [[0], [0]]]
+    for s in lockstep + [step]:  # the count the merge would otherwise ask the device for
+        ids = torch.where(s.mask, s.entity_ids, 0)
+        for b in range(s.batch_size):
+            for k, sentence in enumerate(s.step_mention_repeats[b].tolist()):
+                in_sentence = ids[b][s.sentence_id[b].eq(k) & s.mask[b]]
+                most = max([int(in_sentence.eq(e).sum()) for e in range(1, 4)])
+                assert sentence == most
+
+
 def test_batch_documents_in_chunks_sorts_by_chunks(make_row, tiny_spec):
     rows = [make_row(f"d{n}", [[5] * n] * 2) for n in (9, 1, 5)]  # 2 sentences of n + 1 positions
     batches = list(batch_documents(rows, tiny_spec, 1, seed=None, layout=ChunkLayout(4)))
@@ -269,6 +286,7 @@ def test_sliced_and_selected_steps_keep_their_sentence_extents(make_row, tiny_sp
     assert first.step_sentence_lengths.tolist() == [[4, 0, 0]] and first.reset_columns.tolist() == [0]
     assert rest.step_sentence_lengths.tolist() == [[0, 2, 3]] and rest.reset_columns.tolist() == []
     assert slice_columns(row_a, 4, 6).step_sentence_lengths.tolist() == [[0, 2, 0]]
+    assert select_rows(step, [1]).step_mention_repeats.tolist() == step.step_mention_repeats[1:].tolist()
 
 
 def test_packed_batches_do_not_depend_on_the_order_rows_arrive_in(random_rows, tiny_spec):

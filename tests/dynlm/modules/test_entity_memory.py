@@ -153,6 +153,10 @@ def test_merge_mentions_in_sentence_order_and_masking():
     # No mention at all: the memory is untouched.
     empty = merge_mentions(gru, state, contexts, torch.zeros(2, 5, dtype=torch.long), mask)
     assert torch.equal(empty.memory, state.memory)
+    # The rank count given by the batch (an upper bound: extra ranks merge nothing).
+    for num_ranks in (2, 4):
+        given = merge_mentions(gru, init_memory(2, 3, 2), contexts, entity_ids, mask, num_ranks=num_ranks)
+        assert torch.equal(given.memory, state.memory)
 
 
 def test_bad_config_and_shapes():
