@@ -179,7 +179,8 @@ def mention_ranks(entity_ids: torch.Tensor, mask: torch.Tensor, num_entities: in
     Ids are range-checked here only on the CPU: on an accelerator the check would synchronise
     with the host every sentence, so there the data path checks them (``collate_documents``).
     """
-    if entity_ids.device.type == "cpu" and entity_ids.numel() and (int(entity_ids.min()) < 0 or int(entity_ids.max()) > num_entities):
+    checkable = entity_ids.device.type == "cpu" and entity_ids.numel()
+    if checkable and (int(entity_ids.min()) < 0 or int(entity_ids.max()) > num_entities):
         raise ValueError(
             f"entity_ids must be in [0, {num_entities}] (0 = not an entity), got "
             f"[{int(entity_ids.min())}, {int(entity_ids.max())}]"
