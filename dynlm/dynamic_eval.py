@@ -219,7 +219,7 @@ def collect_grad_stats(model: nn.Module, batches: Iterable, *, segment_len: int 
                 if item.document != current:
                     current, state, seg_nll, seg_tokens = item.document, model.init_state(1, device), None, 0
                 output, state = model(item.batch, state)
-                nll = token_nll(output.logits, item.batch.targets, item.batch.mask).sum()
+                nll = token_nll(output.logits, item.batch.targets, item.batch.mask, output.positions).sum()
                 seg_nll = nll if seg_nll is None else seg_nll + nll
                 seg_tokens += int(item.batch.mask.sum())
                 if not item.closes_segment:
@@ -305,7 +305,7 @@ def dynamic_scores(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig,
                     restore()  # theta = theta_0 at each document start
                     current, state, seg_loss, seg_tokens = item.document, model.init_state(1, device), None, 0
                 output, state = model(item.batch, state)
-                nll = token_nll(output.logits, item.batch.targets, item.batch.mask)  # [1, l]
+                nll = token_nll(output.logits, item.batch.targets, item.batch.mask, output.positions)  # [1, l]
                 yield DynamicScore(item.document, item.segment, nll.detach(), item.batch)
                 seg_loss = nll.sum() if seg_loss is None else seg_loss + nll.sum()
                 seg_tokens += item.batch.tokens.size(1)

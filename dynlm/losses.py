@@ -6,27 +6,39 @@ import torch
 import torch.nn.functional as F
 
 
-def token_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def token_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+              positions: torch.Tensor | None = None) -> torch.Tensor:
     """Negative log-likelihood of every target, zero at padding.
 
     Args:
-        logits: ``[B, L, V]`` scores.
+        logits: ``[B, L, V]`` scores, or ``[N, V]`` at ``positions``.
         targets: ``[B, L]`` long target ids.
         mask: ``[B, L]`` bool, True at real positions.
+        positions: ``[N]`` the flat positions ``b * L + l`` of ``logits``' rows (``LMOutput.positions``:
+            exactly the real ones); None: ``logits`` is ``[B, L, V]``.
 
     Returns:
         ``[B, L]`` float NLL in nats (0 where ``mask`` is False).
     """
+    if positions is not None:
+        picked = targets.reshape(-1).index_select(0, positions)
+        nll = F.cross_entropy(logits.float(), picked, reduction="none")  # [N]
+        return nll.new_zeros(targets.numel()).index_copy(0, positions, nll).view_as(targets)
     nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none")
     return nll.view_as(targets).masked_fill(~mask, 0.0)
 
 
-def lm_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed NLL over real positions and the number of real positions.
+def lm_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed NLL over real positions and the number of real positions (``positions`` as in
+    :func:`token_nll`).
 
     Returns:
         ``(nll_sum, count)``: a differentiable scalar and a long scalar.
     """
+    if positions is not None:
+        nll = F.cross_entropy(logits.float(), targets.reshape(-1).index_select(0, positions), reduction="sum")
+        return nll, mask.sum()
     return token_nll(logits, targets, mask).sum(), mask.sum()
 
 
@@ -46,7 +58,7 @@ def chunk_loss(outputs, sentences) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     count = torch.zeros((), dtype=torch.long, device=outputs[0].logits.device)
     aux = []
     for output, sentence in zip(outputs, sentences):
-        part_sum, part_count = lm_loss_sum(output.logits, sentence.targets, sentence.mask)
+        part_sum, part_count = lm_loss_sum(output.logits, sentence.targets, sentence.mask, output.positions)
         nll_sum = nll_sum + part_sum
         count = count + part_count
         if output.aux_loss is not None:

@@ -75,9 +75,11 @@ class MetricAccumulator:
             self.nll_sum[name] += values[i]
             self.count[name] += int(values[len(CATEGORIES) + i])
 
-    def update(self, logits: torch.Tensor, batch) -> None:
-        """Add the NLL of ``logits [B, L, V]`` against ``batch.targets``."""
-        self.update_from_nll(token_nll(logits, batch.targets.to(logits.device), batch.mask.to(logits.device)), batch)
+    def update(self, logits: torch.Tensor, batch, positions: torch.Tensor | None = None) -> None:
+        """Add the NLL of ``logits [B, L, V]`` (or ``[N, V]`` at ``positions``, as in
+        ``LMOutput``) against ``batch.targets``."""
+        device = logits.device
+        self.update_from_nll(token_nll(logits, batch.targets.to(device), batch.mask.to(device), positions), batch)
 
     def merge(self, other: "MetricAccumulator") -> "MetricAccumulator":
         for name in CATEGORIES:

@@ -35,6 +35,7 @@ import torch
 
 from dynlm.data.batching import collate_documents
 from dynlm.data.preprocessor import Preprocessor
+from dynlm.losses import token_nll
 from dynlm.models.config import ModelConfig
 from dynlm.tasks import DEFAULT_TASK, get_task
 from dynlm.vocab_spec import VocabSpec
@@ -226,8 +227,7 @@ def score_documents(model: torch.nn.Module, model_cfg: ModelConfig, spec: VocabS
             for sentence in batch.sentences:
                 output, state = model(sentence, state)
                 state = model.detach_state(state)
-                log_probs = torch.log_softmax(output.logits.detach().float(), dim=-1)  # [B, L, V]
-                picked = log_probs.gather(-1, sentence.targets.unsqueeze(-1)).squeeze(-1)  # [B, L]
+                picked = -token_nll(output.logits.detach(), sentence.targets, sentence.mask, output.positions)  # [B, L]
                 for b, length in enumerate(sentence.lengths.tolist()):
                     per_doc[b].append(picked[b, :length])
                     unknown[b].append(sentence.targets[b, :length] == spec.unk_id)

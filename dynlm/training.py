@@ -192,7 +192,7 @@ def evaluate(model: nn.Module, batches: Iterable[DocumentBatch]) -> dict:
                 for sentence in batch.sentences:
                     sentence = sentence.to(device, non_blocking=True)
                     output, state = core(sentence, state)
-                    nll = token_nll(output.logits.detach(), sentence.targets, sentence.mask)
+                    nll = token_nll(output.logits.detach(), sentence.targets, sentence.mask, output.positions)
                     accumulator.update_from_nll(nll, sentence)
                     if needs_grad:
                         state = core.detach_state(state)

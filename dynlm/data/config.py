@@ -17,7 +17,8 @@ from dynlm.data.split import SPLITS, file_split, path_parts
 # 2: the key holds the inputs' content listing (dynlm/data/fingerprint.py), not their path strings;
 #    inputs that name their split (wiki.train.tokens, development/) keep it instead of a hash split.
 # 3: the key names the data config class (the task's); manifests name their task.
-DATA_FORMAT_VERSION = 3
+# 4: a manifest's split_rule is the rule that split the files (CMRC-2017's hash split said "named").
+DATA_FORMAT_VERSION = 4
 
 # Fields that change where/how fast the data is written, not what is written. ``inputs`` is
 # replaced by the listing of what the inputs contain.

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from dynlm.models.config import ModelConfig
-from dynlm.models.outputs import LMOutput, forward_sentences
+from dynlm.models.outputs import LMOutput, at_positions, forward_sentences, real_positions
 from dynlm.models.rnn_lm import RNNLM, RNNState
 from dynlm.modules.context_encoder import ContextEncoder, ContextEncoderConfig
 from dynlm.modules.entity_memory import (
@@ -183,7 +183,8 @@ class DNTM(nn.Module):
             state: the state after the previous step of the same documents.
 
         Returns:
-            ``LMOutput`` (``logits [B, L, V_out]``, ``hidden [B, L, H]``) and the state after the
+            ``LMOutput`` (``logits [N, V_out]`` at the real positions, ``LMOutput.positions``, or
+            ``[B, L, V_out]`` when no row is padded; ``hidden [B, L, H]``) and the state after the
             step (memory updated with the mentions of all its sentences).
         """
         entity_ids = batch.entity_ids  # [B, L]; ids <= num_entities is checked when batches are built
@@ -217,18 +218,21 @@ class DNTM(nn.Module):
                 slots.append(rows * grid.num_sentences + s)
             x = grid.gather(grid.assemble(parts, slots)) if parts else torch.zeros_like(x_static)  # [B, L, E]
         hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths, batch)  # [B, L, H], one pass (split where a document starts)
-        dropped = self.lm.output_dropout(hidden)
-        word_logits, entity_logits = self.lm.word_and_entity_logits(dropped)  # [B, L, V_out - K], [B, L, K]: static b^y
+        positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] or None: no padding
+        dropped = self.lm.output_dropout(hidden)  # [B, L, H]
+        at_real = at_positions(dropped, positions)  # [N, H]: the output layer skips the padding
+        word_logits, entity_logits = self.lm.word_and_entity_logits(at_real)  # [N, V_out - K], [N, K]: static b^y
         if self.use_output:
             memory = self.output_proj(torch.stack(snapshots, dim=1))  # [B, S, K, H]: W_dy d_e per sentence
             entity_scores = grid.gather(torch.einsum("bsph,bskh->bspk", grid.scatter(dropped), memory))  # [B, L, K]
+            entity_scores = at_positions(entity_scores, positions)  # [N, K]
             if self.cfg.dntm.gate_dynamic_scores:
-                entity_scores = self.score_gate(dropped, entity_scores)
+                entity_scores = self.score_gate(at_real, entity_scores)
             entity_logits = entity_logits + entity_scores
         if self.cfg.dntm.new_entity_score:
-            entity_logits = self.new_entity(entity_logits, dropped, batch.entities_seen, 0)
-        logits = self.lm.join_logits(word_logits, entity_logits, batch)  # [B, L, V_out], the entity mask applied
-        return LMOutput(logits=logits, hidden=hidden), DNTMState(rnn_state, entities)
+            entity_logits = self.new_entity(entity_logits, at_real, at_positions(batch.entities_seen, positions), 0)
+        logits = self.lm.join_logits(word_logits, entity_logits, batch, positions)  # [N, V_out], the entity mask applied
+        return LMOutput(logits=logits, hidden=hidden, positions=positions), DNTMState(rnn_state, entities)
 
     def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, repeats: int):
         """The memory after one sentence: ``x_s [B, P, E]`` its input vectors, ``ids`` / ``mask`` ``[B, P]``,

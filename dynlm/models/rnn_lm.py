@@ -5,8 +5,9 @@ The pieces are public so other models compose them (the DNTM adds entity embeddi
 
     x = model.input_dropout(model.embed(batch))              # [B, L, E]
     hidden, state = model.run_rnn(x, state, batch.lengths, batch)   # [B, L, H]
-    words, entities = model.word_and_entity_logits(model.output_dropout(hidden))
-    logits = model.join_logits(words, entities + extra, batch)      # [B, L, V_out], entity mask applied
+    positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] (None: no padding)
+    words, entities = model.word_and_entity_logits(at_positions(model.output_dropout(hidden), positions))
+    logits = model.join_logits(words, entities + extra, batch, positions)  # [N, V_out], entity mask applied
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dynlm.models.config import ModelConfig
-from dynlm.models.outputs import LMOutput, accepts_sentence_lists
+from dynlm.models.outputs import LMOutput, accepts_sentence_lists, at_positions, real_positions
 from dynlm.modules.entity_mask import mask_unseen_entities
 from dynlm.modules.locked_dropout import LockedDropout
 from dynlm.modules.subword_embedding import SubwordAugmentedEmbedding
@@ -211,8 +212,8 @@ class RNNLM(nn.Module):
         return self.decoder(self.output_dropout(hidden))
 
     def word_and_entity_logits(self, dropped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The output layer in two parts, ``[B, L, entity_offset]`` word scores and ``[B, L, K]``
-        entity scores, for a model that changes only the entity columns (the mask, the DNTM's
+        """The output layer in two parts, ``[..., entity_offset]`` word scores and ``[..., K]``
+        entity scores (``dropped [..., H]``: ``[B, L, H]``, or ``[N, H]`` at the real positions), for a model that changes only the entity columns (the mask, the DNTM's
         dynamic scores): it works on the small part and :meth:`join_logits` concatenates once.
         Changing the entity columns of the whole ``[B, L, V]`` tensor instead costs a copy of it
         (out of place) or, in place, a full-size copy and zero fill in the backward (~20 % of a
@@ -221,11 +222,12 @@ class RNNLM(nn.Module):
         return (F.linear(dropped, weight[:offset], bias[:offset]),
                 F.linear(dropped, weight[offset:], bias[offset:]))
 
-    def join_logits(self, word_logits: torch.Tensor, entity_logits: torch.Tensor, batch) -> torch.Tensor:
-        """``[B, L, V_out]`` from :meth:`word_and_entity_logits`' parts, the entity mask applied to
-        the entity part (``cfg.mask_unseen_entities``)."""
+    def join_logits(self, word_logits: torch.Tensor, entity_logits: torch.Tensor, batch,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, L, V_out]`` (or ``[N, V_out]`` at ``positions``) from :meth:`word_and_entity_logits`'
+        parts, the entity mask applied to the entity part (``cfg.mask_unseen_entities``)."""
         if self.cfg.mask_unseen_entities:
-            entity_logits = mask_unseen_entities(entity_logits, batch.entities_seen, 0)
+            entity_logits = mask_unseen_entities(entity_logits, at_positions(batch.entities_seen, positions), 0)
         return torch.cat([word_logits, entity_logits], dim=-1)
 
     def mask_entities(self, logits: torch.Tensor, batch) -> torch.Tensor:
@@ -248,12 +250,15 @@ class RNNLM(nn.Module):
             state: the state before the sentence.
 
         Returns:
-            ``LMOutput`` (logits ``[B, L, V_out]``, hidden ``[B, L, H]``) and the new state.
+            ``LMOutput`` (logits ``[N, V_out]`` at the real positions, or ``[B, L, V_out]`` when
+            no row is padded; hidden ``[B, L, H]``) and the new state.
         """
         x = self.input_dropout(self.embed(batch))  # [B, L, E]
         hidden, state = self.run_rnn(x, state, batch.lengths, batch)  # [B, L, H]
-        logits = self.join_logits(*self.word_and_entity_logits(self.output_dropout(hidden)), batch)  # [B, L, V_out]
-        return LMOutput(logits=logits, hidden=hidden), state
+        positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] or None
+        dropped = at_positions(self.output_dropout(hidden), positions)  # [N, H]: no output layer on padding
+        logits = self.join_logits(*self.word_and_entity_logits(dropped), batch, positions)  # [N, V_out]
+        return LMOutput(logits=logits, hidden=hidden, positions=positions), state
 
 
 def _as_state(new, dtype: torch.dtype) -> RNNState:

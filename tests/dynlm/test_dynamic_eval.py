@@ -53,7 +53,7 @@ def _static_metrics(model, batches):
             state = model.init_state(batch.batch_size)
             for sentence in batch.sentences:
                 output, state = model(sentence, state)
-                acc.update(output.logits, sentence)
+                acc.update(output.logits, sentence, output.positions)
     return acc.compute()
 
 
@@ -235,7 +235,7 @@ def _static_token_nll(model, batch, row):
                 continue
             sentence = slice_columns(select_rows(sentence, [row]), 0, length)
             output, state = model(sentence, state)
-            parts.append(token_nll(output.logits.detach(), sentence.targets, sentence.mask)[0])
+            parts.append(token_nll(output.logits.detach(), sentence.targets, sentence.mask, output.positions)[0])
             state = model.detach_state(state)
     model.train()
     return torch.cat(parts)

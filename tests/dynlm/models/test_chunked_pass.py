@@ -40,7 +40,7 @@ def _token_nll(model, batch) -> list[list[float]]:
     with torch.no_grad():
         for step in batch.sentences:
             output, state = model(step, state)
-            nll = token_nll(output.logits, step.targets, step.mask)
+            nll = token_nll(output.logits, step.targets, step.mask, output.positions)
             for row in range(batch.batch_size):
                 per_doc[row] += nll[row, : int(step.lengths[row])].tolist()
     return per_doc
@@ -101,7 +101,7 @@ def test_a_chunk_of_whole_sentences_trains_like_its_sentences(random_rows):
         batch = collate_documents(rows, TINY_SPEC, layout)
         model.zero_grad()
         outputs, _ = model(batch.sentences, model.init_state(batch.batch_size))
-        loss = sum(token_nll(o.logits, s.targets, s.mask).sum() for o, s in zip(outputs, batch.sentences))
+        loss = sum(token_nll(o.logits, s.targets, s.mask, o.positions).sum() for o, s in zip(outputs, batch.sentences))
         loss.backward()
         grads.append((float(loss.detach()), [p.grad.clone() for p in model.parameters()]))
     (loss_a, grads_a), (loss_b, grads_b) = grads

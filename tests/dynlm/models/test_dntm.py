@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dynlm.data.batching import collate_documents
+from dynlm.losses import token_nll
 from dynlm.models import build_model
 from dynlm.models.dntm import DNTM, DNTMState, dntm_small
 from dynlm.models.rnn_lm import RNNLM
@@ -41,7 +42,7 @@ def _run(model, rows) -> tuple[list[torch.Tensor], DNTMState]:
     batch = collate_documents(rows, SPEC)
     state = model.init_state(batch.batch_size)
     outputs, state = model(batch.sentences, state)
-    return [o.logits for o in outputs], state
+    return [o.padded_logits() for o in outputs], state
 
 
 def test_build_model_shapes_and_state():
@@ -51,7 +52,7 @@ def test_build_model_shapes_and_state():
     state = model.init_state(2)
     assert state.entities.memory.shape == (2, 3, 64) and state.rnn.h.shape == (1, 2, 64)
     output, state = model(batch.sentences[0], state)
-    assert output.logits.shape == (2, 8, SPEC.output_size) and output.hidden.shape == (2, 8, 64)
+    assert output.padded_logits().shape == (2, 8, SPEC.output_size) and output.hidden.shape == (2, 8, 64)
     # After sentence 1: doc a saw <unk1>, doc b saw <unk1> (twice); nobody saw <unk2>/<unk3>.
     memory = state.entities.memory
     assert memory[:, 0].abs().sum(-1).gt(0).all() and torch.all(memory[:, 1:] == 0)
@@ -79,17 +80,17 @@ def test_zero_entity_representation_equals_the_baseline_exactly(dynamic):
     expected, _ = baseline(batch.sentences, baseline.init_state(2))
     logits, _ = _run(model, rows)
     # Sentence 1 is read with d_e = 0 for every chain: identical to the baseline, bit for bit.
-    assert torch.equal(logits[0], expected[0].logits)
+    assert torch.equal(logits[0], expected[0].padded_logits())
     if dynamic == "none":
-        assert all(torch.equal(a, b.logits) for a, b in zip(logits, expected))
+        assert all(torch.equal(a, b.padded_logits()) for a, b in zip(logits, expected))
     else:  # later sentences use the merged d_e and differ ...
-        assert not torch.equal(logits[1], expected[1].logits)
+        assert not torch.equal(logits[1], expected[1].padded_logits())
         with torch.no_grad():  # ... unless W_dx = W_dy = 0, which makes every d_e contribute 0
             for name in ("input_proj", "output_proj"):
                 if hasattr(model, name):
                     getattr(model, name).weight.zero_()
         logits, _ = _run(model, rows)
-        assert all(torch.equal(a, b.logits) for a, b in zip(logits, expected))
+        assert all(torch.equal(a, b.padded_logits()) for a, b in zip(logits, expected))
 
 
 def test_input_and_output_dynamics_touch_the_right_places():
@@ -126,7 +127,7 @@ def test_gradients_reach_every_dynamic_parameter(merge_fn):
     state = model.init_state(2)
     outputs, state = model(batch.sentences[:3], state)
     loss = sum(
-        torch.nn.functional.cross_entropy(o.logits[s.mask], s.targets[s.mask])
+        token_nll(o.logits, s.targets, s.mask, o.positions).sum() / s.mask.sum()
         for o, s in zip(outputs, batch.sentences[:3])
     )
     loss.backward()
@@ -190,7 +191,7 @@ def test_the_new_entity_score_starts_as_the_model_without_it_and_the_gate_learns
     extended.train()
     batch = collate_documents(rows, SPEC)
     outputs, _ = extended(batch.sentences[:3], extended.init_state(2))
-    sum(torch.nn.functional.cross_entropy(o.logits[s.mask], s.targets[s.mask])
+    sum(token_nll(o.logits, s.targets, s.mask, o.positions).sum() / s.mask.sum()
         for o, s in zip(outputs, batch.sentences[:3])).backward()
     for name in ("new_entity.score.weight", "new_entity.score.bias", "score_gate.gate.weight"):
         grad = dict(extended.named_parameters())[name].grad

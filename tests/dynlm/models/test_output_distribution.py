@@ -34,8 +34,9 @@ def _probability_sums(model, batch) -> torch.Tensor:
         state = model.init_state(batch.batch_size)
         for sentence in batch.sentences:
             output, state = model(sentence, state)
-            logits = output.logits.detach()  # [B, L, V]
-            probs = torch.stack([torch.exp(-token_nll(logits, torch.full_like(sentence.targets, v), sentence.mask))
+            logits = output.logits.detach()  # [B, L, V] or [N, V] at output.positions
+            probs = torch.stack([torch.exp(-token_nll(logits, torch.full_like(sentence.targets, v), sentence.mask,
+                                                      output.positions))
                                  for v in range(vocab)], dim=-1)  # [B, L, V]
             sums.append(probs.sum(dim=-1)[sentence.mask])
     return torch.cat(sums)

@@ -26,7 +26,7 @@ def _doc_nll(model, rows, spec, doc_index: int) -> list[torch.Tensor]:
     for output, sentence in zip(outputs, batch.sentences):
         n = int(sentence.lengths[doc_index])
         if n:
-            result.append(token_nll(output.logits, sentence.targets, sentence.mask)[doc_index, :n])
+            result.append(token_nll(output.logits, sentence.targets, sentence.mask, output.positions)[doc_index, :n])
     return result
 
 
@@ -43,11 +43,27 @@ def test_shapes_and_padding_zeroed(tiny_spec, make_row, backbone, embedding):
     model = _model(tiny_spec, backbone=backbone, embedding=embedding, num_layers=2)
     batch = collate_documents([make_row("a", [[5, 6, 7, 8]]), make_row("b", [[9]])], tiny_spec)
     output, state = model(batch.sentences[0], model.init_state(2))
-    assert output.logits.shape == (2, 5, tiny_spec.output_size)
+    assert output.padded_logits().shape == (2, 5, tiny_spec.output_size)
     assert output.hidden.shape == (2, 5, 8)
     assert state.h.shape == (2, 2, 8)
     assert (state.c is None) == (backbone == "gru")
     assert torch.all(output.hidden[1, 2:] == 0)
+
+
+def test_the_output_layer_scores_only_the_real_positions(tiny_spec, make_row):
+    """Padding gets no output layer (it is the largest cost of a step): the scores at the real
+    positions are the dense form's, and a batch without padding keeps the dense form."""
+    model = _model(tiny_spec)
+    batch = collate_documents([make_row("a", [[5, E1, 16, 7]]), make_row("b", [[9]])], tiny_spec)
+    sentence = batch.sentences[0]
+    with torch.no_grad():
+        output, _ = model(sentence, model.init_state(2))
+        dense = model.join_logits(*model.word_and_entity_logits(model.output_dropout(output.hidden)), sentence)
+    assert output.positions.tolist() == [0, 1, 2, 3, 4, 5, 6]  # row a: 5 positions, row b: 2 (of 5)
+    assert output.logits.shape == (7, tiny_spec.output_size)
+    torch.testing.assert_close(output.padded_logits()[sentence.mask], dense[sentence.mask])
+    unpadded = collate_documents([make_row("a", [[5, 6]]), make_row("b", [[9, 8]])], tiny_spec).sentences[0]
+    assert model(unpadded, model.init_state(2))[0].positions is None
 
 
 def test_seeded_golden_values_lstm(tiny_spec, make_row):
@@ -56,7 +72,7 @@ def test_seeded_golden_values_lstm(tiny_spec, make_row):
     outputs, state = model(collate_documents(rows, tiny_spec).sentences, model.init_state(2))
     expected = torch.tensor([[-0.29737705, 0.00802783, 0.31958094], [-0.31122741, 0.05837764, 0.34804738],
                              [-0.35764384, 0.04318789, 0.44875860], [-0.40958828, 0.06946300, 0.41093811]])
-    torch.testing.assert_close(outputs[0].logits[0, :, :3], expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outputs[0].padded_logits()[0, :, :3], expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(state.h[0, 0, :4], torch.tensor([-0.01851827, 0.26177230, -0.01454893, 0.17471932]),
                                rtol=1e-5, atol=1e-6)
 
@@ -67,7 +83,7 @@ def test_seeded_golden_values_gru_subword(tiny_spec, make_row):
     cfg = rnn_lm_subword_small(embed_dim=8, hidden_dim=8, subword_dim=4, dropout=0.0, backbone="gru")
     model = build_model(cfg, tiny_spec).eval()
     outputs, state = model(collate_documents(rows, tiny_spec).sentences, model.init_state(2))
-    torch.testing.assert_close(outputs[1].logits[0, -1, :3], torch.tensor([-0.57835805, 0.29138041, -0.19834185]),
+    torch.testing.assert_close(outputs[1].padded_logits()[0, -1, :3], torch.tensor([-0.57835805, 0.29138041, -0.19834185]),
                                rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(state.h[0, 1, :3], torch.tensor([0.08921855, -0.11421215, -0.00288375]),
                                rtol=1e-5, atol=1e-6)
@@ -102,7 +118,7 @@ def test_list_forward_equals_sentence_by_sentence(tiny_spec, random_rows):
     state = model.init_state(3)
     for output, sentence in zip(outputs, batch.sentences):
         single, state = model(sentence, state)
-        torch.testing.assert_close(single.logits, output.logits)
+        torch.testing.assert_close(single.padded_logits(), output.padded_logits())
     torch.testing.assert_close(state.h, state_list.h)
 
 
