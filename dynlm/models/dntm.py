@@ -174,12 +174,13 @@ class DNTM(nn.Module):
            memory is emptied before that sentence. (With ``dynamic="output"`` the encoder could
            read all sentences in one call, but over the step's widest sentence: slower on CPU.)
         2. ONE recurrent pass over the step's positions (a chunk is read like a plain LM reads it);
-        3. the output layer, with the entity scores of each position taken against the memory
-           as it was before the position's sentence (a snapshot per sentence).
+        3. the output layer at the real positions, with the entity scores of each position taken
+           against the memory as it was before the position's sentence (a snapshot per sentence).
 
         Args:
             batch: a ``SentenceBatch`` whose rows hold whole sentences (``tokens``, ``mask``,
-                ``lengths``, ``entity_ids``, ``sentence_id`` / ``sentence_pos`` / ``sentence_grid``).
+                ``lengths``, ``entity_ids``, ``sentence_id``, the CPU ``step_sentence_lengths`` and
+                ``step_mention_repeats``).
             state: the state after the previous step of the same documents.
 
         Returns:
@@ -188,43 +189,45 @@ class DNTM(nn.Module):
             step (memory updated with the mentions of all its sentences).
         """
         entity_ids = batch.entity_ids  # [B, L]; ids <= num_entities is checked when batches are built
-        grid = _SentenceGrid(batch)
+        sentences = _SentenceIndex(batch)
         x_static = self.lm.embed(batch)  # [B, L, E], static b^x
         entities = state.entities
         # [B, S] bool: sentence s of the row starts a document (memory emptied before it); None: none does
-        starts = grid.scatter(batch.doc_start)[:, :, 0] if len(batch.reset_columns) else None
+        starts = sentences.at_first_positions(batch.doc_start) if len(batch.reset_columns) else None
         snapshots = []  # memory before each sentence, [B, K, D] each
         if self.dynamic == "none":
             x = self.lm.input_dropout(x_static)
         else:
-            x_grid, ids_grid, mask_grid = grid.scatter(x_static), grid.scatter(entity_ids), grid.mask
-            parts, slots = [], []  # per sentence s: its rows' input vectors, and their slots b * S + s
-            for s in range(grid.num_sentences):
+            x_flat, ids_flat = sentences.padded(x_static), sentences.padded(entity_ids)  # [B * L + 1, E], [B * L + 1]
+            parts, places = [], []  # per sentence s: its rows' input vectors [R * width, E] and flat positions
+            for s in range(sentences.num_sentences):
                 if starts is not None:
                     entities = reset_memory(entities, ~starts[:, s])
                 snapshots.append(entities.memory)
-                # [R] the rows that have a sentence s, its longest length there, the most mentions of one chain in it
-                rows, width, repeats = grid.rows_of(s)
+                # the rows that have a sentence s, its positions there [R, width] (padding: the spare slot) and
+                # mask, and the most mentions of one chain in it
+                rows, index, mask, repeats = sentences.sentence(s)
                 if rows.numel() == 0:  # an inactive step (a DDP lockstep pad)
                     continue
-                ids, mask = ids_grid[rows, s, :width], mask_grid[rows, s, :width]  # [R, width]
+                ids = ids_flat[index]  # [R, width]
                 present = select_memory(entities, rows)
-                x_s = x_grid[rows, s, :width]  # [R, width, E] static b^x
+                x_s = x_flat[index]  # [R, width, E] static b^x
                 if self.use_input:
                     x_s = x_s + self.input_proj(self._entity_vectors(present.memory, ids))
                 x_s = self.lm.input_dropout(x_s)  # (a mask per document and sentence)
                 entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask, repeats))
-                parts.append(nn.functional.pad(x_s, (0, 0, 0, grid.shape[2] - width)))  # [R, P, E]
-                slots.append(rows * grid.num_sentences + s)
-            x = grid.gather(grid.assemble(parts, slots)) if parts else torch.zeros_like(x_static)  # [B, L, E]
+                parts.append(x_s.flatten(0, 1))
+                places.append(index.flatten())
+            x = sentences.assemble(parts, places, x_static) if parts else torch.zeros_like(x_static)  # [B, L, E]
         hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths, batch)  # [B, L, H], one pass (split where a document starts)
         positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] or None: no padding
         dropped = self.lm.output_dropout(hidden)  # [B, L, H]
         at_real = at_positions(dropped, positions)  # [N, H]: the output layer skips the padding
         word_logits, entity_logits = self.lm.word_and_entity_logits(at_real)  # [N, V_out - K], [N, K]: static b^y
         if self.use_output:
-            memory = self.output_proj(torch.stack(snapshots, dim=1))  # [B, S, K, H]: W_dy d_e per sentence
-            entity_scores = grid.gather(torch.einsum("bsph,bskh->bspk", grid.scatter(dropped), memory))  # [B, L, K]
+            # h . W_dy d_e = (h W_dy) . d_e: project the L positions, not the S x K memory snapshots
+            queries = dropped @ self.output_proj.weight  # [B, L, D]
+            entity_scores = sentences.scores_against(queries, torch.stack(snapshots, dim=1), batch.sentence_id)  # [B, L, K]
             entity_scores = at_positions(entity_scores, positions)  # [N, K]
             if self.cfg.dntm.gate_dynamic_scores:
                 entity_scores = self.score_gate(at_real, entity_scores)
@@ -244,54 +247,66 @@ class DNTM(nn.Module):
         return forward_sentences(self.forward_step, batch, state)
 
 
-class _SentenceGrid:
-    """The positions of a step's rows laid out per sentence: ``[B, L, ...] <-> [B, S, P, ...]``.
+class _SentenceIndex:
+    """Where each sentence of a step's rows lies among the step's flat positions ``b * L + l``.
 
-    Position (b, l) is slot ``sentence_id * P + sentence_pos`` of row b; padding goes to one
-    spare slot that is dropped. ``(S, P)`` are the batch's ``sentence_grid`` upper bounds.
+    Built from the CPU tensors ``step_sentence_lengths`` / ``step_mention_repeats`` (no device
+    synchronisation). A row's sentences follow each other from column 0 (whole-sentence steps).
+    Per sentence s the model reads ``[R, width]`` positions of the R rows that have one, padded to
+    their longest; padding reads and writes one spare slot ``B * L`` (:meth:`padded`). Nothing
+    is laid out as a ``[B, S, P]`` grid: with ragged sentences that grid is mostly padding.
     """
 
     def __init__(self, batch):
-        num_sentences, width = (int(v) for v in batch.sentence_grid)
-        self.shape = (batch.tokens.size(0), num_sentences, width)
-        self.num_sentences = num_sentences
-        slots = num_sentences * width
-        index = batch.sentence_id * width + batch.sentence_pos  # [B, L]
-        self.slot = torch.where(batch.mask, index, torch.full_like(index, slots))  # padding -> spare slot
-        self.mask = self.scatter(batch.mask)  # [B, S, P] bool
-        self.sentence_lengths = batch.step_sentence_lengths  # [B, S] on the CPU
-        self.mention_repeats = batch.step_mention_repeats  # [B, S] on the CPU
+        self.lengths = batch.step_sentence_lengths  # [B, S] on the CPU
+        self.repeats = batch.step_mention_repeats  # [B, S] on the CPU
+        self.batch_size, self.width = batch.tokens.shape
+        self.num_sentences = self.lengths.size(1)
+        self.spare = self.batch_size * self.width
+        self.first = self.lengths.cumsum(dim=1) - self.lengths  # [B, S] column of each sentence's first position
         self.device = batch.tokens.device
 
-    def rows_of(self, s: int) -> tuple[torch.Tensor, int, int]:
-        """The rows that have a sentence ``s`` (``[R]`` on the batch's device), its longest length
-        there and the most mentions of one chain in it, from CPU tensors (no device synchronisation)."""
-        lengths = self.sentence_lengths[:, s]
-        return (lengths.gt(0).nonzero().squeeze(1).to(self.device, non_blocking=True), max(1, int(lengths.max())),
-                int(self.mention_repeats[:, s].max()))
+    def padded(self, values: torch.Tensor) -> torch.Tensor:
+        """``[B, L, *]`` -> ``[B * L + 1, *]`` with a zero spare slot at the end."""
+        flat = values.flatten(0, 1)
+        return torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])])
 
-    def assemble(self, parts: list[torch.Tensor], slots: list[torch.Tensor]) -> torch.Tensor:
-        """``[B, S, P, *]`` with ``parts[i] [R_i, P, *]`` at the flat slots ``slots[i] [R_i]``, zeros elsewhere."""
+    def sentence(self, s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """Sentence ``s``: the rows that have one ``[R]``, their positions ``[R, width]`` and mask
+        (on the batch's device), and the most mentions of one chain in it."""
+        lengths = self.lengths[:, s]
+        rows = lengths.gt(0).nonzero().squeeze(1)  # [R] on the CPU
+        width = max(1, int(lengths.max()))
+        offsets = torch.arange(width)
+        mask = offsets < lengths[rows].unsqueeze(1)  # [R, width]
+        index = torch.where(mask, rows.unsqueeze(1) * self.width + self.first[rows, s].unsqueeze(1) + offsets,
+                            torch.full_like(mask, self.spare, dtype=torch.long))
+        return (rows.to(self.device, non_blocking=True), index.to(self.device, non_blocking=True),
+                mask.to(self.device, non_blocking=True), int(self.repeats[:, s].max()))
+
+    def at_first_positions(self, values: torch.Tensor) -> torch.Tensor:
+        """``values [B, L]`` at the first position of each row's sentence s -> ``[B, S]`` (zero /
+        False where the row has no sentence s)."""
+        rows = torch.arange(self.batch_size).unsqueeze(1)
+        index = torch.where(self.lengths > 0, rows * self.width + self.first, torch.full_like(self.first, self.spare))
+        return self.padded(values)[index.to(self.device, non_blocking=True)]
+
+    def assemble(self, parts: list[torch.Tensor], places: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+        """``[B, L, *]`` (like ``like``) with ``parts[i] [n_i, *]`` at the flat positions ``places[i] [n_i]``,
+        zeros elsewhere (what lands on the spare slot is dropped)."""
         values = torch.cat(parts) if len(parts) > 1 else parts[0]
-        batch_size, num_sentences, width = self.shape
-        out = values.new_zeros(batch_size * num_sentences, *values.shape[1:])
-        return out.index_copy(0, torch.cat(slots) if len(slots) > 1 else slots[0], values).view(
-            batch_size, num_sentences, *values.shape[1:])
+        index = torch.cat(places) if len(places) > 1 else places[0]
+        out = values.new_zeros(self.spare + 1, *values.shape[1:]).index_copy(0, index, values)
+        return out[:-1].view(*like.shape[:2], *values.shape[1:])
 
-    def scatter(self, values: torch.Tensor) -> torch.Tensor:
-        """``[B, L, *]`` -> ``[B, S, P, *]`` (zeros where a sentence has no position)."""
-        batch_size, num_sentences, width = self.shape
-        trailing = values.shape[2:]
-        out = values.new_zeros(batch_size, num_sentences * width + 1, *trailing)
-        index = self.slot.view(*self.slot.shape, *([1] * len(trailing))).expand(*self.slot.shape, *trailing)
-        out = out.scatter(1, index, values)
-        return out[:, :-1].reshape(batch_size, num_sentences, width, *trailing)
-
-    def gather(self, values: torch.Tensor) -> torch.Tensor:
-        """``[B, S, P, *]`` -> ``[B, L, *]`` (zeros at padding)."""
-        batch_size, num_sentences, width = self.shape
-        trailing = values.shape[3:]
-        flat = torch.cat([values.reshape(batch_size, num_sentences * width, *trailing),
-                          values.new_zeros(batch_size, 1, *trailing)], dim=1)
-        index = self.slot.view(*self.slot.shape, *([1] * len(trailing))).expand(*self.slot.shape, *trailing)
-        return flat.gather(1, index)
+    @staticmethod
+    def scores_against(queries: torch.Tensor, snapshots: torch.Tensor, sentence_id: torch.Tensor) -> torch.Tensor:
+        """``queries [B, L, D]`` · the memory before each position's sentence: ``snapshots
+        [B, S, K, D]``, ``sentence_id [B, L]`` -> ``[B, L, K]``. One batched product against every
+        snapshot of the row, then each position's sentence is picked."""
+        batch_size, num_sentences, num_entities, dim = snapshots.shape
+        width = queries.size(1)
+        every = torch.bmm(queries, snapshots.reshape(batch_size, num_sentences * num_entities, dim).transpose(1, 2))
+        every = every.view(batch_size, width, num_sentences, num_entities)  # [B, L, S, K]
+        pick = sentence_id.clamp(max=num_sentences - 1).view(batch_size, width, 1, 1).expand(-1, -1, 1, num_entities)
+        return every.gather(2, pick).squeeze(2)
