@@ -53,10 +53,10 @@ class TrainConfig(Config):
     bptt_tokens: int = 0
     # with bptt_tokens > 0: a batch row reads several documents one after the other (the state is reset
     # where one starts), so rows are not padded to the batch's longest document (a model that cannot reset
-    # inside a step, the dynamical LM, keeps one document a row). Opt-in: a packed batch holds
-    # PACKED_GROUP_BATCHES batches' worth of documents, so an epoch of a small corpus is one or two
-    # train_step calls (the progress bar and the fault points move per call)
-    pack_documents: bool = False
+    # inside a step, the dynamical LM, keeps one document a row). A packed batch holds
+    # PACKED_GROUP_BATCHES batches' worth of documents; the progress and fault hooks move per chunk
+    # (train_step's after_chunk). Likelihoods are those of one document a row (test_chunked_pass.py)
+    pack_documents: bool = True
     grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
     weight_decay: float = 0.0
     lr_schedule: Literal["constant", "cosine", "plateau"] = "cosine"
@@ -104,6 +104,7 @@ def train_step(
     cfg: TrainConfig,
     *,
     scheduler=None,
+    after_chunk: Callable[[dict], None] | None = None,
 ) -> dict:
     """Train on one document batch with truncated BPTT: one optimizer step per chunk.
 
@@ -119,6 +120,10 @@ def train_step(
         optimizer: the optimizer.
         cfg: training settings.
         scheduler: optional object with ``step()`` called after every optimizer step.
+        after_chunk: optional, called after every optimizer step with this batch's running sums:
+            ``steps`` (int), ``tokens`` and ``nll_sum`` (scalar tensors on the model's device, so
+            the call costs no device synchronisation; a hook converts them only when it needs
+            them). A packed batch holds many chunks: progress and fault hooks move per chunk.
 
     Returns:
         ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -151,6 +156,8 @@ def train_step(
         nll_total += nll_sum.double()
         count_total += count
         steps += 1
+        if after_chunk is not None:
+            after_chunk({"steps": steps, "tokens": count_total, "nll_sum": nll_total})
     nll, tokens = float(nll_total), int(count_total)
     return {
         "loss": nll / tokens if tokens else float("nan"),
@@ -232,8 +239,9 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         task: the :class:`dynlm.tasks.Task` (default: the LM task).
         spec: the preprocessor's spec (builds the inactive batch of a rank that ran out of data).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
-        after_step: called after each step with this rank's running sums (fault injection and
-            a progress bar hook in here).
+        after_step: called after each optimizer step with this rank's running sums (fault
+            injection and a progress bar hook in here): per chunk for a task that
+            ``reports_chunks`` (``tokens`` / ``nll_sum`` may then be device scalars), else per batch.
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -255,8 +263,15 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             return totals
         totals["idle_batches"] += batch is None
         step_batch = task.pad_batch(batch, int(max_size), spec)
+        per_chunk = {}
+        if after_step is not None and task.reports_chunks:  # the hooks run after every optimizer step
+            done = dict(totals)
+            per_chunk["after_chunk"] = lambda part, done=done, real=batch is not None: after_step({
+                **done, "steps": done["steps"] + part["steps"],
+                "tokens": done["tokens"] + part["tokens"] if real else done["tokens"],
+                "nll_sum": done["nll_sum"] + part["nll_sum"] if real else done["nll_sum"]})
         with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-            out = task.train_step(model, step_batch, optimizer, cfg, scheduler=schedule)
+            out = task.train_step(model, step_batch, optimizer, cfg, scheduler=schedule, **per_chunk)
         totals["steps"] += out["steps"]
         if batch is not None:
             totals["nll_sum"] += out["nll_sum"]
@@ -264,7 +279,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             totals["num_padded"] += out["num_padded"]
             totals["documents"] += out["documents"]
             gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
-        if after_step is not None:
+        if after_step is not None and not per_chunk:
             after_step(totals)
 
 

@@ -161,13 +161,14 @@ class EpochProgress:
         self.epoch, self.started, self.last_sent = epoch, time.perf_counter(), 0.0
 
     def step(self, totals: dict) -> None:
-        """After an optimizer step; ``totals``: this rank's running sums (``steps``, ``tokens``, ``nll_sum``)."""
+        """After an optimizer step; ``totals``: this rank's running sums (``steps``, ``tokens``,
+        ``nll_sum``; the last two may be device scalars, read only when an event is sent)."""
         now = time.perf_counter()
         if self.relay is None or now - self.last_sent < STEP_EVENT_SECONDS:
             return
         self.last_sent = now
-        tokens = totals["tokens"]
-        loss = totals["nll_sum"] / tokens if tokens else float("nan")
+        tokens, nll_sum = int(totals["tokens"]), float(totals["nll_sum"])
+        loss = nll_sum / tokens if tokens else float("nan")
         rate = tokens * self.world_size / max(now - self.started, 1e-9)
         self._send(("step", self.epoch, int(totals["steps"]), loss, rate))
 

@@ -40,7 +40,7 @@ train:
   lr: 0.003
   epochs: 4
   batch_size: 8
-  bptt_tokens: 70              # chunks of <= 70 tokens (whole sentences for the DNTM); pack_documents: true packs rows
+  bptt_tokens: 70              # chunks of <= 70 tokens (whole sentences for the DNTM); rows packed with documents (pack_documents)
   bptt_sentences: 4            # sentences a step when bptt_tokens is 0 (sentence lockstep)
   grad_clip: 0.25
   lr_schedule: constant        # cosine trailed constant by 10 % at 4 epochs: results/dntm_quality.md

@@ -207,10 +207,15 @@ class Task(ABC):
     def loss(self, outputs, batch) -> tuple[Any, Any, Any]:
         """``(loss to backpropagate, detached NLL sum, target count)`` of model outputs on a batch."""
 
+    # True: train_step takes ``after_chunk`` and calls it after every optimizer step of a batch
+    # (a batch of several optimizer steps: the LM's truncated-BPTT chunks); see dynlm.training.train_step.
+    reports_chunks: ClassVar[bool] = False
+
     @abstractmethod
     def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None) -> dict:
         """Train on one batch (optimizer and ``scheduler`` stepped per optimizer step); returns at
-        least ``loss``, ``nll_sum``, ``tokens``, ``num_padded``, ``documents`` and ``steps``."""
+        least ``loss``, ``nll_sum``, ``tokens``, ``num_padded``, ``documents`` and ``steps``.
+        With ``reports_chunks``, also takes ``after_chunk`` (keyword)."""
 
     @abstractmethod
     def evaluate(self, model, batches: Iterable[Any]) -> dict:

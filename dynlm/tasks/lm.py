@@ -147,8 +147,10 @@ class LMTask(Task):
         """``outputs``: the ``LMOutput`` list of one BPTT chunk; ``batch``: its ``SentenceBatch`` list."""
         return chunk_loss(outputs, batch)
 
-    def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None) -> dict:
-        return training.train_step(model, batch, optimizer, train_cfg, scheduler=scheduler)
+    reports_chunks = True  # one optimizer step per chunk: hooks (progress, fault points) move per chunk
+
+    def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None, after_chunk=None) -> dict:
+        return training.train_step(model, batch, optimizer, train_cfg, scheduler=scheduler, after_chunk=after_chunk)
 
     def evaluate(self, model, batches) -> dict:
         return training.evaluate(model, batches)

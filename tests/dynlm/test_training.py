@@ -236,3 +236,24 @@ def test_train_one_epoch_averages_the_dynamical_gate_statistics():
             assert totals["gate_means"]["gate_input_mean"] == pytest.approx(1.0, abs=0.05)
         else:
             assert totals["gate_means"] == {}
+
+
+def test_train_one_epoch_calls_its_hook_after_every_chunk(tiny_spec, random_rows):
+    """A packed batch holds many chunks (one optimizer step each): the progress and fault hooks
+    see every step, with running sums that end at the epoch's totals."""
+    from dynlm.data.batching import ChunkLayout
+    from dynlm.optim import LRSchedule
+    from dynlm.training import train_one_epoch
+
+    layout = ChunkLayout(6, pack_documents=True)
+    batches = list(batch_documents(random_rows(6, seed=5), tiny_spec, 3, seed=0, layout=layout))
+    model = _model(tiny_spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen = []
+    totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(bptt_tokens=6),
+                             iter(batches), torch.device("cpu"), spec=tiny_spec,
+                             after_step=lambda t: seen.append((t["steps"], int(t["tokens"]), float(t["nll_sum"]))))
+    assert len(batches) == 1 and totals["steps"] == len(batches[0].sentences) > 1
+    assert [steps for steps, _, _ in seen] == list(range(1, totals["steps"] + 1))
+    assert seen[-1][1] == totals["tokens"] and seen[-1][2] == pytest.approx(totals["nll_sum"])
+    assert all(a[1] < b[1] for a, b in zip(seen, seen[1:]))  # tokens grow chunk by chunk
