@@ -123,7 +123,8 @@ def train_step(
         after_chunk: optional, called after every optimizer step with this batch's running sums:
             ``steps`` (int), ``tokens`` and ``nll_sum`` (scalar tensors on the model's device, so
             the call costs no device synchronisation; a hook converts them only when it needs
-            them). A packed batch holds many chunks: progress and fault hooks move per chunk.
+            them, and copies them to keep them: they are updated in place). A packed batch holds
+            many chunks: progress and fault hooks move per chunk.
 
     Returns:
         ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -265,11 +266,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         step_batch = task.pad_batch(batch, int(max_size), spec)
         per_chunk = {}
         if after_step is not None and task.reports_chunks:  # the hooks run after every optimizer step
-            done = dict(totals)
-            per_chunk["after_chunk"] = lambda part, done=done, real=batch is not None: after_step({
-                **done, "steps": done["steps"] + part["steps"],
-                "tokens": done["tokens"] + part["tokens"] if real else done["tokens"],
-                "nll_sum": done["nll_sum"] + part["nll_sum"] if real else done["nll_sum"]})
+            per_chunk["after_chunk"] = _epoch_hook(after_step, dict(totals), counted=batch is not None)
         with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
             out = task.train_step(model, step_batch, optimizer, cfg, scheduler=schedule, **per_chunk)
         totals["steps"] += out["steps"]
@@ -281,6 +278,19 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
         if after_step is not None and not per_chunk:
             after_step(totals)
+
+
+def _epoch_hook(after_step: Callable[[dict], None], before: dict, counted: bool) -> Callable[[dict], None]:
+    """``train_step``'s ``after_chunk``: ``after_step`` with the epoch's running sums, ``before``
+    this batch plus its chunks so far (its tokens and NLL only when ``counted``: not a lockstep pad)."""
+    def call(part: dict) -> None:
+        running = {**before, "steps": before["steps"] + part["steps"]}
+        if counted:
+            running["tokens"] = before["tokens"] + part["tokens"]
+            running["nll_sum"] = before["nll_sum"] + part["nll_sum"]
+        after_step(running)
+
+    return call
 
 
 @dataclass

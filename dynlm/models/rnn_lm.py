@@ -213,8 +213,9 @@ class RNNLM(nn.Module):
 
     def word_and_entity_logits(self, dropped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The output layer in two parts, ``[..., entity_offset]`` word scores and ``[..., K]``
-        entity scores (``dropped [..., H]``: ``[B, L, H]``, or ``[N, H]`` at the real positions), for a model that changes only the entity columns (the mask, the DNTM's
-        dynamic scores): it works on the small part and :meth:`join_logits` concatenates once.
+        entity scores (``dropped [..., H]``: ``[B, L, H]``, or ``[N, H]`` at the real positions),
+        for a model that changes only the entity columns (the mask, the DNTM's dynamic scores):
+        it works on the small part and :meth:`join_logits` concatenates once.
         Changing the entity columns of the whole ``[B, L, V]`` tensor instead costs a copy of it
         (out of place) or, in place, a full-size copy and zero fill in the backward (~20 % of a
         DNTM step on CPU)."""

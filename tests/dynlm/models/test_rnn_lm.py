@@ -54,12 +54,12 @@ def test_the_output_layer_scores_only_the_real_positions(tiny_spec, make_row):
     """Padding gets no output layer (it is the largest cost of a step): the scores at the real
     positions are the dense form's, and a batch without padding keeps the dense form."""
     model = _model(tiny_spec)
-    batch = collate_documents([make_row("a", [[5, E1, 16, 7]]), make_row("b", [[9]])], tiny_spec)
+    batch = collate_documents([make_row("b", [[9]]), make_row("a", [[5, E1, 16, 7]])], tiny_spec)
     sentence = batch.sentences[0]
     with torch.no_grad():
         output, _ = model(sentence, model.init_state(2))
         dense = model.join_logits(*model.word_and_entity_logits(model.output_dropout(output.hidden)), sentence)
-    assert output.positions.tolist() == [0, 1, 2, 3, 4, 5, 6]  # row a: 5 positions, row b: 2 (of 5)
+    assert output.positions.tolist() == [0, 1, 5, 6, 7, 8, 9]  # row b: 2 positions (of 5), row a: 5
     assert output.logits.shape == (7, tiny_spec.output_size)
     torch.testing.assert_close(output.padded_logits()[sentence.mask], dense[sentence.mask])
     unpadded = collate_documents([make_row("a", [[5, 6]]), make_row("b", [[9, 8]])], tiny_spec).sentences[0]
