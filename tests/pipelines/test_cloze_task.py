@@ -7,8 +7,6 @@ models serve`` of the champion over HTTP (a bad request is a 400 with its reason
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 import yaml
@@ -17,6 +15,7 @@ from dynlm.data.prepared import PreparedData
 from dynlm.data.synthetic_cloze import synthetic_cbt_text, write_synthetic_cbt
 from pipelines.cli import main
 from server_process import BIN_DIR, free_port, post_json, running_server, server_env
+from train_process import prepared_folder
 
 JOB = {
     "task": "cloze",
@@ -40,7 +39,7 @@ def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlfl
 
     assert main(["prepare", "--config", "job.yaml", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    root = Path(out.strip().splitlines()[-1].removeprefix("prepared data: "))
+    root = prepared_folder(out)
     prepared = PreparedData.open(root)
     assert prepared.manifest["task"] == "cloze" and prepared.manifest["counts"]["quarantined"] == 1
     assert sum(prepared.num_documents(split) for split in ("train", "valid", "test")) == 241

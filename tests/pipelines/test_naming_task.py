@@ -8,7 +8,6 @@ pyfunc model answering a request (and refusing a bad one).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,6 +15,7 @@ import yaml
 
 from dynlm.data.prepared import PreparedData
 from pipelines.cli import main
+from train_process import prepared_folder
 
 JOB = {
     "task": "naming",
@@ -48,7 +48,7 @@ def test_naming_prepares_trains_registers_evaluates_and_suggests(ray_session, ml
 
     assert main(["prepare", "--config", "job.yaml", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    root = Path(out.strip().splitlines()[-1].removeprefix("prepared data: "))
+    root = prepared_folder(out)
     prepared = PreparedData.open(root)
     assert prepared.manifest["task"] == "naming" and prepared.root.parent == tmp_path / "runs" / "prepared"
     assert prepared.manifest["counts"]["quarantined"] == 1

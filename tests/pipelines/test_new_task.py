@@ -18,6 +18,7 @@ import yaml
 from dynlm.data.prepared import PreparedData
 from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
+from train_process import prepared_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CHAR_TASK = "tests.dynlm.tasks.char_task:CharTask"
@@ -41,7 +42,7 @@ def test_a_task_outside_dynlm_prepares_trains_registers_and_evaluates(ray_sessio
 
     assert main(["prepare", "--config", "job.yaml", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    root = Path(out.strip().splitlines()[-1].removeprefix("prepared data: "))
+    root = prepared_folder(out)
     prepared = PreparedData.open(root)
     assert prepared.manifest["task"] == CHAR_TASK and prepared.root.parent == tmp_path / "runs" / "prepared"
     assert prepared.spec.num_chars == 33 and all(prepared.num_documents(s) for s in ("train", "valid", "test"))

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
 from server_process import free_port, mlflow_server_argv, running_server, server_env
-from train_process import committed, output_of, ray_tmp, start_train, stop_and_remove, wait_until
+from train_process import committed, output_of, own_lines, ray_tmp, start_train, stop_and_remove, wait_until
 
 TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
         "data.vocab_size=300", "data.bpe_merges=30", "run.cpus_per_worker=0.4", "run.num_workers=2"]
@@ -68,7 +68,7 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path):
         text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
         assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
         assert "Traceback" not in text
-        error = text.strip().splitlines()[-1]
+        error = own_lines(text)[-1]
         assert error.startswith("dynlm: error: run 'gone' trained 2 epochs") and uri in error, error
         assert "--set run.name=gone --resume" in error, error
 

@@ -4,6 +4,7 @@ off a real training: the driver must be a process of its own)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,6 +74,21 @@ def output_of(process: subprocess.Popen, expected_returncode: int = 0) -> str:
     text = output.decode()
     assert process.returncode == expected_returncode, text[-4000:]
     return text
+
+
+RAY_FORWARDED_LINE = re.compile(r"^(\x1b\[[0-9;]*m)*\(")  # "(raylet) ...", "(pid=12) ...", coloured or not
+
+
+def own_lines(text: str) -> list[str]:
+    """The lines of ``text`` that the driver printed itself: Ray forwards its workers' and raylet's
+    output asynchronously (prefixed "(raylet)", "(pid=…)", …), so such a line can come after the
+    driver's last one."""
+    return [line for line in text.strip().splitlines() if not RAY_FORWARDED_LINE.match(line)]
+
+
+def prepared_folder(output: str) -> Path:
+    """The folder that ``dynlm prepare`` printed as its last own line ("prepared data: PATH")."""
+    return Path(own_lines(output)[-1].removeprefix("prepared data: "))
 
 
 def committed(run_dir: Path, checkpoint: str) -> bool:
