@@ -15,9 +15,15 @@ of ``--batch-size`` documents (8; the static LM and the dynamical LM alike). Eac
    autograd at evaluation (the default now; rows 2-4 set ``closed_form_grad_at_eval = False``);
 6. + ``compile_update`` (the element-wise update fused by ``torch.compile``; compile time
    excluded, printed apart);
-7. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
+7. + the evaluation update computes the new weights alone: no gate tensors written, and no
+   forget gate at all when lambda is 0 (here; it only scales the decay) — the default now; rows
+   2-6 compute and return both gates, as the update did before;
+8. the same without ``compile_update`` (eager);
+9. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
 
-Rows 2 and 3 re-create the former code paths by patching this process only.
+Rows 2, 3 and rows 2-6's update re-create the former code paths by patching this process only.
+Every row has two later changes that are not toggled: a segment's later chunks add their
+gradient inside the product (``baddbmm``), and no zero gradient tensors are made per segment.
 """
 
 from __future__ import annotations
@@ -89,6 +95,22 @@ def update_with_graph():
         yield
 
 
+@contextmanager
+def former_update():
+    """The evaluation update as it was: both gates computed and returned (eager, or compiled with
+    the gates as outputs of the fused kernel), the forget gate even when lambda is 0."""
+    compiled = torch.compile(dynamical_module._update_tensors)
+
+    def eager(meta_learner, fast, summed_grad, tokens, loss, prior, decays):
+        return dynamical_module._update_tensors(meta_learner, fast, summed_grad, tokens, loss, prior)[0]
+
+    def fused(meta_learner, fast, summed_grad, tokens, loss, prior, decays):
+        return compiled(meta_learner, fast, summed_grad, tokens, loss, prior)[0]
+    with (mock.patch.object(dynamical_module, "_updated_tensor", eager),
+          mock.patch.object(DynamicalLM, "_compiled_update", lambda self: fused)):
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
@@ -116,23 +138,30 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         model.meta_learner.gates.weight.normal_(0.0, 0.1)  # a trained-looking meta-learner
     rows = [("static LSTM", tokens_per_second(lambda: evaluate(static, batches), args.repeats))]
-    model.closed_form_grad_at_eval = False  # rows 2-4: the gradient through autograd, as before
-    with former_output_layer(), update_with_graph():
-        rows.append(("dynamical, former: theta + theta_hat, update with graph",
-                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-    with update_with_graph():
-        rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
-                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-    rows.append(("+ update under no_grad", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-    model.closed_form_grad_at_eval = True
-    rows.append(("+ closed-form output-layer gradient, no autograd (default)",
-                 tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
     fused = DynamicalLM(dyn_cfg.replace(dynamical={**dyn_cfg.dynamical.to_dict(), "compile_update": True}), spec)
     fused.load_state_dict(model.state_dict())
+    with former_update():
+        model.closed_form_grad_at_eval = False  # rows 2-4: the gradient through autograd, as before
+        with former_output_layer(), update_with_graph():
+            rows.append(("dynamical, former: theta + theta_hat, update with graph",
+                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+        with update_with_graph():
+            rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
+                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+        rows.append(("+ update under no_grad", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+        model.closed_form_grad_at_eval = True
+        rows.append(("+ closed-form output-layer gradient, no autograd",
+                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+        evaluate(fused, batches[:1])  # compiles the former fused update
+        rows.append(("+ compile_update (fused update, both gates returned)",
+                     tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
     start = time.perf_counter()
     evaluate(fused, batches[:1])
     compile_seconds = time.perf_counter() - start
-    rows.append(("+ compile_update (fused update)", tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+    rows.append(("+ the new weights alone, no forget gate at lambda = 0 (default)",
+                 tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+    rows.append(("the same without compile_update (eager)",
+                 tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
     names = list(model.adapted_parameter_names().values())
     rows.append(("dynamic evaluation, output layer (batch 1)", tokens_per_second(
         lambda: dynamic_evaluate(static, batches, rule, stats, names=names), args.repeats)))

@@ -89,7 +89,8 @@ class DynamicalState:
     Attributes:
         lm: the RNN hidden state (short-term memory).
         fast: name -> theta_hat ``[B, *shape]`` (medium-term memory).
-        grad: name -> gradient of the current, unfinished segment ``[B, *shape]``.
+        grad: name -> gradient of the current, unfinished segment ``[B, *shape]`` (of the summed
+            NLL; when ``segment_pos`` is 0 it is the last segment's, which the next chunk replaces).
         segment_loss: ``[B]`` summed NLL of the current segment; segment_tokens: ``[B]`` its tokens.
         segment_pos: positions read in the current segment (shared: documents move in lockstep).
         unrolled: updates since the last truncation of the unroll.
@@ -254,16 +255,22 @@ class DynamicalLM(nn.Module):
             if closed_form:  # eval, fast output layer only: no autograd at all
                 with torch.no_grad():
                     logits, hidden, lm_state = self._score(chunk, lm_state, fast)
-                    nll, grads = _output_layer_nll_and_grads(logits, hidden, chunk.targets, chunk.mask, names)
+                    # a segment's later chunks add their gradient inside the product (baddbmm)
+                    nll, grads = _output_layer_nll_and_grads(logits, hidden, chunk.targets, chunk.mask, names,
+                                                             None if seg_pos == 0 else grad)
             else:
                 logits, hidden, lm_state = self._score(chunk, lm_state, fast)
                 nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
                 grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
                                             retain_graph=keep_graph,
                                             allow_unused=True)
+                if seg_pos > 0:
+                    grads = [g if g is None else grad[name] + g for name, g in zip(names, grads)]
             for name, g in zip(names, grads):
-                if g is not None:  # the first chunk of a segment starts from zeros: no add needed
-                    grad[name] = g if seg_pos == 0 else grad[name] + g
+                if g is not None:
+                    grad[name] = g
+                elif seg_pos == 0:  # no path reached the tensor: its segment gradient is zero so far
+                    grad[name] = torch.zeros_like(fast[name]).detach()
             seg_loss = seg_loss + (nll if create_graph else nll.detach())
             seg_tokens = seg_tokens + chunk.mask.sum(dim=1).to(seg_tokens.dtype)
             seg_pos += take
@@ -281,7 +288,8 @@ class DynamicalLM(nn.Module):
                 if not training or unrolled >= self.settings.unroll_steps:
                     fast = {k: v.detach().requires_grad_(True) for k, v in fast.items()}
                     unrolled = 0
-                grad = {k: torch.zeros_like(v).detach() for k, v in fast.items()}
+                # the next segment's first chunk replaces the gradients (no zero tensors to add to)
+                grad = {k: v.detach() for k, v in grad.items()}
                 seg_loss, seg_tokens, seg_pos = torch.zeros_like(seg_loss).detach(), torch.zeros_like(seg_tokens), 0
         if not training:
             fast = {k: v.detach() for k, v in fast.items()}
@@ -299,28 +307,32 @@ class DynamicalLM(nn.Module):
         has_tokens = seg_tokens > 0
         all_have_tokens = bool(has_tokens.all())  # the usual case: no masking pass needed
         priors = self._priors()
+        decays = self.training or bool(self.meta_learner.lam > 0)  # lam = 0: no forget gate at evaluation
+        tokens = seg_tokens.clamp(min=1)  # [B]: the update divides grad by it (the mean segment NLL's)
         new = {}
         for name, value in fast.items():
             shape = (-1,) + (1,) * (value.dim() - 1)
-            mean_grad = grad[name] / seg_tokens.clamp(min=1).view(shape)  # gradient of the mean segment NLL
             if self.settings.checkpoint_unroll and self.training:
                 updated, input_gate, forget_gate = checkpoint(
-                    _update_tensors, self.meta_learner, value, mean_grad, mean_loss, priors[name],
+                    _update_tensors, self.meta_learner, value, grad[name], tokens, mean_loss, priors[name],
                     use_reentrant=False)
+            elif not self.training:  # evaluation: the new weights alone (no gates kept, no graph)
+                fused = self.settings.compile_update
+                update = self._compiled_update() if fused else _updated_tensor
+                updated = update(self.meta_learner, value, grad[name], tokens, mean_loss, priors[name], decays)
             else:
-                fused = self.settings.compile_update and not self.training
-                update = self._compiled_update() if fused else _update_tensors
-                updated, input_gate, forget_gate = update(self.meta_learner, value, mean_grad, mean_loss, priors[name])
+                updated, input_gate, forget_gate = _update_tensors(self.meta_learner, value, grad[name], tokens,
+                                                                   mean_loss, priors[name])
             if gate_stats is not None:
                 gate_stats.append(_gate_summary(Gates(input_gate.detach(), forget_gate.detach())))
             new[name] = updated if all_have_tokens else torch.where(has_tokens.view(shape), updated, value)
         return new
 
     def _compiled_update(self):
-        """:func:`_update_tensors` fused by ``torch.compile`` (built on first use, kept per model)."""
+        """:func:`_updated_tensor` fused by ``torch.compile`` (built on first use, kept per model)."""
         compiled = self.__dict__.get("_compiled_update_fn")
         if compiled is None:
-            compiled = torch.compile(_update_tensors)
+            compiled = torch.compile(_updated_tensor)
             self.__dict__["_compiled_update_fn"] = compiled  # a plain attribute: not in the state dict
         return compiled
 
@@ -379,14 +391,16 @@ def _segment_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 
 
 def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor,
-                                mask: torch.Tensor, names: list[str]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                                mask: torch.Tensor, names: list[str], add_to: dict[str, torch.Tensor] | None = None
+                                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Summed NLL per document ``[B]`` and its gradient w.r.t. a fast output layer, in closed form.
 
     For ``logits = h W^T + b`` (no dropout: evaluation) ``d nll / d logits = (softmax - onehot) *
     mask`` (``dlogits [B, l, V]``), so ``dW[b] = dlogits[b]^T h[b]`` (``[B, V, H]``, one ``bmm``) and
     ``db[b] = sum_l dlogits[b, l]`` (``[B, V]``): what ``torch.autograd.grad`` of
     :func:`_segment_nll` gives, without a graph. ``names`` orders the result (``output.weight`` /
-    ``output.bias``).
+    ``output.bias``). ``add_to`` (name -> ``[B, *shape]``, the same names): gradients that the
+    result is added to, inside the product (``baddbmm``; a new tensor, ``add_to`` is not changed).
     """
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
@@ -397,8 +411,14 @@ def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targ
     dlogits = log_probs.exp_()  # softmax, in place (the gather above copied what it needs)
     dlogits.scatter_add_(-1, index, torch.full_like(index, -1.0, dtype=dlogits.dtype))
     dlogits.mul_(weights.unsqueeze(-1))
-    grads = {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden.to(dlogits.dtype)),  # [B, V, H]
-             "output.bias": dlogits.sum(dim=1)}  # [B, V]
+    hidden = hidden.to(dlogits.dtype)
+    if add_to is None:
+        grads = {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden),  # [B, V, H]
+                 "output.bias": dlogits.sum(dim=1)}  # [B, V]
+    else:
+        earlier_weight = add_to["output.weight"].to(dlogits.dtype)  # [B, V, H]
+        grads = {"output.weight": torch.baddbmm(earlier_weight, dlogits.transpose(1, 2), hidden),
+                 "output.bias": add_to["output.bias"].to(dlogits.dtype) + dlogits.sum(dim=1)}
     return nll, [grads[name].to(hidden.dtype) for name in names]
 
 
@@ -407,10 +427,19 @@ def _buffer_key(name: str) -> str:
     return name.replace(".", "_")
 
 
-def _update_tensors(meta_learner: MetaLearner, fast, grad, loss, prior: UpdatePrior):
-    """``meta_learner.update`` returning plain tensors ``(new fast, input gate, forget gate)``."""
+def _update_tensors(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, prior: UpdatePrior):
+    """``meta_learner.update`` with the gradient of the mean segment NLL (``summed_grad [B, *shape]``
+    over ``tokens [B]``), returning plain tensors ``(new fast, input gate, forget gate)``."""
+    grad = summed_grad / tokens.view((-1,) + (1,) * (summed_grad.dim() - 1))
     updated, gates = meta_learner.update(fast, grad, loss, prior)
     return updated, gates.input_gate, gates.forget_gate
+
+
+def _updated_tensor(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, prior: UpdatePrior,
+                    decays: bool) -> torch.Tensor:
+    """The new fast weights of :func:`_update_tensors` alone (evaluation; ``decays``: lam > 0)."""
+    grad = summed_grad / tokens.view((-1,) + (1,) * (summed_grad.dim() - 1))
+    return meta_learner.updated(fast, grad, loss, prior, decays)
 
 
 def _gate_summary(gates: Gates) -> dict[str, torch.Tensor]:

@@ -121,25 +121,29 @@ class MetaLearner(nn.Module):
         Returns:
             :class:`Gates` with two [B, *shape] tensors in (0, 2).
         """
+        pre_input, pre_forget = self._gate_logits(step, fast, loss, denominator, gates=(0, 1))
+        return Gates(input_gate=2.0 * torch.sigmoid(pre_input), forget_gate=2.0 * torch.sigmoid(pre_forget))
+
+    def _gate_logits(self, step, fast, loss, denominator, gates: tuple[int, ...]) -> list[torch.Tensor]:
+        """The pre-sigmoid logits of the ``gates`` asked for (0: input, 1: forget), each [B, *shape]."""
         if step.shape != fast.shape:
             raise ValueError(f"grad shape {tuple(step.shape)} != fast shape {tuple(fast.shape)}")
         magnitude, sign = preprocess_gradient(step)
         loss = loss.reshape(loss.shape + (1,) * (step.dim() - 1))  # [B, 1, ..., 1]
         log_stat = denominator.log() / PREPROCESS_P  # [*shape]
+        w, b = self.gates.weight, self.gates.bias  # [2, 5 or hidden_dim], [2]
         if self.hidden is None:
             # Linear gates written as weighted sums: no [B, *shape, 5] feature tensor.
             # addcmul chains: one pass over [B, *shape] per feature.
-            w, b = self.gates.weight, self.gates.bias  # [2, 5], [2]
-            pre_input, pre_forget = (
-                torch.addcmul(torch.addcmul(torch.addcmul(log_stat * w[k, 4] + (loss * w[k, 3] + b[k]),
-                                                          magnitude, w[k, 0]), sign, w[k, 1]), fast, w[k, 2])
-                for k in (0, 1))
-        else:
-            features = torch.stack([magnitude, sign, fast, loss.expand_as(step), log_stat.expand_as(step)],
-                                   dim=-1)  # [B, *shape, 5]
-            pre = self.gates(torch.tanh(self.hidden(features)))  # [B, *shape, 2]
-            pre_input, pre_forget = pre[..., 0], pre[..., 1]
-        return Gates(input_gate=2.0 * torch.sigmoid(pre_input), forget_gate=2.0 * torch.sigmoid(pre_forget))
+            return [torch.addcmul(torch.addcmul(torch.addcmul(log_stat * w[k, 4] + (loss * w[k, 3] + b[k]),
+                                                              magnitude, w[k, 0]), sign, w[k, 1]), fast, w[k, 2])
+                    for k in gates]
+        features = torch.stack([magnitude, sign, fast, loss.expand_as(step), log_stat.expand_as(step)],
+                               dim=-1)  # [B, *shape, 5]
+        hidden = torch.tanh(self.hidden(features))  # [B, *shape, hidden_dim]
+        rows = list(gates)
+        pre = torch.nn.functional.linear(hidden, w[rows], b[rows])  # [B, *shape, len(gates)]
+        return [pre[..., i] for i in range(len(rows))]
 
     def update(self, fast: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor,
                prior: UpdatePrior) -> tuple[torch.Tensor, Gates]:
@@ -158,3 +162,16 @@ class MetaLearner(nn.Module):
         gates = self(step, fast, loss, prior.denominator)
         keep = 1.0 - (self.lam * prior.decay_rate) * gates.forget_gate
         return keep * fast - (self.eta * gates.input_gate) * step, gates
+
+    def updated(self, fast: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor, prior: UpdatePrior,
+                decays: bool = True) -> torch.Tensor:
+        """The fast weights after :meth:`update`, without its gates (for evaluation).
+
+        ``decays=False`` says that ``lam`` is 0: ``keep`` is then exactly 1 and the forget gate,
+        which only scales the decay, is not computed (a pass over ``[B, *shape]`` saved).
+        """
+        if decays:
+            return self.update(fast, grad, loss, prior)[0]
+        step = grad / prior.denominator
+        pre_input, = self._gate_logits(step, fast, loss, prior.denominator, gates=(0,))
+        return fast - (self.eta * 2.0 * torch.sigmoid(pre_input)) * step

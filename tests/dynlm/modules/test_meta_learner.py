@@ -61,6 +61,23 @@ def test_gates_correct_the_step_and_the_decay_multiplicatively(hidden_dim):
     assert not torch.allclose(other.input_gate[1], gates.input_gate[1])
 
 
+@pytest.mark.parametrize("hidden_dim", [0, 4])
+def test_updated_alone_equals_the_update_and_skips_the_forget_gate_only_at_lambda_0(hidden_dim):
+    """Evaluation's ``updated`` gives ``update``'s new weights; ``decays=False`` (lam = 0) leaves
+    the forget gate out, which changes nothing because the decay is then 0."""
+    grad, fast, loss = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.tensor([1.0, 2.0])
+    prior = _prior((3, 4), seed=2)
+    for lam, decays in [(0.1, True), (0.0, True), (0.0, False)]:
+        torch.manual_seed(0)
+        learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5)
+        expected, gates = learner.update(fast, grad, loss, prior)
+        assert float((gates.forget_gate - 1).abs().max()) > 0.05  # a forget gate that is not 1
+        torch.testing.assert_close(learner.updated(fast, grad, loss, prior, decays), expected, rtol=0, atol=1e-7)
+    with_decay = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5)
+    assert not torch.allclose(with_decay.updated(fast, grad, loss, prior, decays=False),
+                              with_decay.update(fast, grad, loss, prior)[0])  # decays=False drops the decay
+
+
 def test_set_rule_and_checkpointed_eta_lambda():
     learner = MetaLearner(0, eta=1e-3, lam=0.0)
     learner.set_rule(0.02, 0.5)
