@@ -90,6 +90,18 @@ def model_device(model: nn.Module) -> torch.device:
     return next(unwrap_model(model).parameters()).device
 
 
+def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
+                   scheduler=None) -> torch.Tensor | None:
+    """After ``loss.backward()``: clip the gradients to norm ``grad_clip`` (0: no clipping), step
+    the optimizer, then ``scheduler`` (if any). Returns the pre-clip gradient norm (a device
+    scalar: no host sync), or None without clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(unwrap_model(model).parameters(), grad_clip) if grad_clip > 0 else None
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return norm
+
+
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and torch."""
     random.seed(seed)
@@ -148,11 +160,8 @@ def train_step(
         loss, nll_sum, count = chunk_loss(outputs, chunk)
         gate_stats += [o.extras["gate_stats"] for o in outputs if "gate_stats" in o.extras]
         loss.backward()
-        if cfg.grad_clip > 0:
-            grad_norms.append(torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip))
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+        if (norm := optimizer_step(core, optimizer, cfg.grad_clip, scheduler)) is not None:
+            grad_norms.append(norm)
         state = core.detach_state(state)
         nll_total += nll_sum.double()
         count_total += count

@@ -30,7 +30,7 @@ from dynlm.tasks.cloze_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUM
                                     QuestionBatch, batch_questions, collate_questions, count_train, encode_question,
                                     fit_preprocessor, inactive_row, parse_files)
 from dynlm.tasks.cloze_metrics import ClozeMetrics
-from dynlm.training import model_device, unwrap_model
+from dynlm.training import model_device, optimizer_step, unwrap_model
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -116,11 +116,7 @@ class ClozeTask(Task):
         optimizer.zero_grad(set_to_none=True)
         loss, nll_sum, count = self.loss(model(inputs), inputs)
         loss.backward()
-        if train_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(unwrap_model(model).parameters(), train_cfg.grad_clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+        optimizer_step(model, optimizer, train_cfg.grad_clip, scheduler)
         return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": count, "num_padded": 0,
                 "documents": count, "steps": 1}
 

@@ -42,17 +42,9 @@ from dynlm.tasks.naming_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLU
                                      collate_functions, count_train, inactive_batch, parse_files)
 from dynlm.tasks.naming_metrics import NamingMetrics
 from dynlm.tasks.naming_report import format_naming_table, naming_counts, suggestion_frequency_figure, summary_rows
+from dynlm.training import model_device, optimizer_step, unwrap_model
 
 SUGGESTION_FIGURE = "suggestion_frequency.png"
-
-
-def _core(model):
-    """The module inside a DDP wrapper (``nll``, ``suggest``, ``log_prob`` are not DDP-forwarded)."""
-    return getattr(model, "module", model)
-
-
-def _device(model) -> torch.device:
-    return next(_core(model).parameters()).device
 
 
 class SuggestionReader:
@@ -153,18 +145,14 @@ class NamingTask(Task):
         (before the step) and ``tokens`` the number of names, so train perplexity is per name,
         as the evaluation's ``ppl``."""
         model.train()
-        batch = batch.to(_device(model))
+        batch = batch.to(model_device(model))
         inputs = batch.inputs
         with torch.no_grad():
-            nll_sum, _ = _core(model).nll(inputs)
+            nll_sum, _ = unwrap_model(model).nll(inputs)
         optimizer.zero_grad(set_to_none=True)
         loss, _, _ = self.loss(model(inputs), inputs)
         loss.backward()
-        if train_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(_core(model).parameters(), train_cfg.grad_clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+        optimizer_step(model, optimizer, train_cfg.grad_clip, scheduler)
         names = int((inputs.names != 0).sum())
         return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": names, "num_padded": 0,
                 "documents": names, "steps": 1}
@@ -172,9 +160,9 @@ class NamingTask(Task):
     def evaluate(self, model, batches) -> dict:
         """:class:`NamingMetrics` of ``model.suggest`` (``cfg.top_k`` per function) and
         ``model.log_prob`` over ``batches``."""
-        core = _core(model)
+        core = unwrap_model(model)
         core.eval()
-        return score_suggestions(core, core.cfg.type, batches, top_k=core.cfg.top_k, device=_device(model))
+        return score_suggestions(core, core.cfg.type, batches, top_k=core.cfg.top_k, device=model_device(model))
 
     # ------------------------------------------------------------------------------ report
     def metric_table(self, metrics: dict, title: str) -> str:
@@ -239,11 +227,11 @@ class NamingTask(Task):
             return []
         spec = preprocessor.spec
         batch = collate_functions([{**record, **preprocessor.encode(record)} for record in records], spec)
-        core = _core(model)
+        core = unwrap_model(model)
         core.eval()
         reader = SuggestionReader(spec)
         with torch.no_grad():
-            ranked = core.suggest(batch.inputs.to(_device(model)), top_k=top_k)
+            ranked = core.suggest(batch.inputs.to(model_device(model)), top_k=top_k)
         out = []
         for record, row in zip(records, ranked):
             style = name_style(record["name"])
