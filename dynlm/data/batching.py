@@ -21,7 +21,7 @@ into steps:
   :class:`ChunkLayout`).
 
 Both give every target the same context: the state is carried from step to step, and a
-sentence's positions inside a row are named by ``sentence_id`` / ``sentence_pos`` (see
+sentence's positions inside a row are named by ``sentence_id`` and ``step_sentence_lengths`` (see
 :class:`SentenceBatch`), which is all a model that works per sentence needs.
 
 ``target_kind`` flags each target position for the paper metrics (bits may combine):
@@ -64,8 +64,7 @@ MENTION_BINS: tuple[tuple[int, int, int | None], ...] = (
 )
 
 # Tensors that stay on the CPU in SentenceBatch.to(device) (pack_padded_sequence wants CPU lengths).
-_CPU_FIELDS = ("lengths", "subword_lengths", "sentence_grid", "reset_columns", "step_sentence_lengths",
-               "step_mention_repeats")
+_CPU_FIELDS = ("lengths", "subword_lengths", "reset_columns", "step_sentence_lengths", "step_mention_repeats")
 
 
 @dataclass
@@ -92,14 +91,10 @@ class SentenceBatch:
         token_to_unique: ``[B, L]`` long index into the unique words (0 at padding).
         sentence_id: ``[B, L]`` long index of each position's sentence among the sentences of
             its row in this step (0, 1, ...; 0 at padding and everywhere in sentence lockstep).
-        sentence_pos: ``[B, L]`` long position inside that sentence, counted from the first of
-            its positions in this step (0 at padding).
-        sentence_grid: ``[2]`` long ``(S, P)``: every row has at most S sentences in this step and
-            no sentence more than P positions (upper bounds; kept on CPU). A model that works per
-            sentence scatters ``[B, L]`` into ``[B, S, P]`` with ``sentence_id * P + sentence_pos``.
         step_sentence_lengths: ``[B, S]`` long, positions of each row's s-th sentence in this step (0
-            where the row has fewer; kept on CPU): a model that works per sentence runs sentence s
-            of only the rows that have one, padded to their longest (``S`` as in ``sentence_grid``).
+            where the row has fewer; S: the most sentences of a row in this step; kept on CPU): a
+            model that works per sentence runs sentence s of only the rows that have one, padded to
+            their longest; the s-th sentence's positions follow the (s-1)-th's.
         step_mention_repeats: ``[B, S]`` long, the most input-token mentions of one chain in each
             row's s-th sentence of this step (kept on CPU): how many in-order merges the sentence
             needs, known without asking the device (an upper bound after ``slice_columns``).
@@ -126,8 +121,6 @@ class SentenceBatch:
     subword_lengths: torch.Tensor
     token_to_unique: torch.Tensor
     sentence_id: torch.Tensor
-    sentence_pos: torch.Tensor
-    sentence_grid: torch.Tensor
     step_sentence_lengths: torch.Tensor
     step_mention_repeats: torch.Tensor
     doc_start: torch.Tensor
@@ -255,7 +248,6 @@ class _Document:
     entities_seen: np.ndarray  # [N] chains seen up to and including each input token
     unique_keys: np.ndarray  # [N] batch-wide id of each input token's (word, segmentation)
     sentence_index: np.ndarray  # [N] sentence of each input position (0-based in the document)
-    sentence_offset: np.ndarray  # [N] position inside its sentence
     doc_start: np.ndarray  # [N] bool, True at the first position of a document
 
     def sentence_spans(self) -> list[tuple[int, int]]:
@@ -360,7 +352,6 @@ def _parse_row(row: dict, spec: VocabSpec, unique: dict) -> _Document:
         entities_seen=seen[input_pos],
         unique_keys=keys,
         sentence_index=sentence_index,
-        sentence_offset=input_pos - bounds[sentence_index],
         doc_start=np.arange(len(input_pos)) == 0,
     )
 
@@ -372,7 +363,7 @@ def _concatenate(docs: list[_Document]) -> _Document:
     first_sentence = np.cumsum([0] + [len(d.sentence_lengths) for d in docs[:-1]])
     joined = {name: np.concatenate([getattr(d, name) for d in docs])
               for name in ("sentence_lengths", "inputs", "targets", "entity_ids", "target_entity_ids", "kinds",
-                           "entities_seen", "unique_keys", "sentence_offset", "doc_start")}
+                           "entities_seen", "unique_keys", "doc_start")}
     joined["sentence_index"] = np.concatenate([d.sentence_index + k for d, k in zip(docs, first_sentence)])
     return _Document(doc_id="+".join(d.doc_id for d in docs), **joined)
 
@@ -413,7 +404,6 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
               for _, field in _STREAM_FIELDS}
     keys = np.full((batch_size, width), -1, dtype=np.int64)
     sentence_id = np.zeros((batch_size, width), dtype=np.int64)
-    sentence_pos = np.zeros((batch_size, width), dtype=np.int64)
     doc_start = np.zeros((batch_size, width), dtype=bool)
     for b, (doc, span) in enumerate(zip(docs, spans)):
         if span is None:  # chunk_spans never gives an empty span
@@ -426,8 +416,6 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         doc_start[b, :n] = doc.doc_start[a:e]
         index = doc.sentence_index[a:e]
         sentence_id[b, :n] = index - index[0]
-        # the first sentence may have started in the previous step: count from its first position here
-        sentence_pos[b, :n] = doc.sentence_offset[a:e] - np.where(index == index[0], doc.sentence_offset[a], 0)
     real = keys >= 0
     step_keys, inverse = np.unique(keys[real], return_inverse=True)  # [U] batch-wide ids of this step
     if len(step_keys) == 0:
@@ -441,7 +429,7 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         subword_ids[u, : len(segs)] = segs
     lengths_t = torch.tensor(lengths, dtype=torch.int64)
     positions = torch.arange(width).unsqueeze(0)
-    grid = (int(sentence_id.max()) + 1 if width else 1, int(sentence_pos.max()) + 1 if width else 1)
+    num_sentences = int(sentence_id.max()) + 1 if width else 1  # S: the most sentences of a row in this step
     return SentenceBatch(
         **{field: torch.from_numpy(array) for field, array in arrays.items()},
         mask=positions < lengths_t.unsqueeze(1),
@@ -454,11 +442,9 @@ def _step(docs: list[_Document], spans: list[tuple[int, int] | None], unique_key
         subword_lengths=torch.tensor([len(seg) for _, seg in segmentations], dtype=torch.int64),
         token_to_unique=torch.from_numpy(token_to_unique),
         sentence_id=torch.from_numpy(sentence_id),
-        sentence_pos=torch.from_numpy(sentence_pos),
-        sentence_grid=torch.tensor(grid, dtype=torch.int64),
-        step_sentence_lengths=torch.from_numpy(np.stack([np.bincount(sentence_id[b, : lengths[b]], minlength=grid[0])
+        step_sentence_lengths=torch.from_numpy(np.stack([np.bincount(sentence_id[b, : lengths[b]], minlength=num_sentences)
                                                          for b in range(batch_size)])).to(torch.int64),
-        step_mention_repeats=torch.from_numpy(_mention_repeats(sentence_id, arrays["entity_ids"], real, grid[0])),
+        step_mention_repeats=torch.from_numpy(_mention_repeats(sentence_id, arrays["entity_ids"], real, num_sentences)),
         doc_start=torch.from_numpy(doc_start),
         reset_columns=torch.from_numpy(np.flatnonzero(doc_start.any(axis=0))).to(torch.int64),
     )

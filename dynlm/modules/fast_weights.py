@@ -230,7 +230,7 @@ def fast_gru_layer(x: torch.Tensor, h: torch.Tensor, weight_ih: torch.Tensor, we
 # Per-position fields of a SentenceBatch ([B, L]) and per-document fields ([B]); the subword
 # fields (unique_words, subword_ids, subword_lengths) are shared by the batch and never sliced.
 POSITION_FIELDS = ("tokens", "targets", "mask", "entity_ids", "target_entity_ids", "target_kind",
-                   "entities_seen", "token_to_unique", "sentence_id", "sentence_pos", "doc_start")
+                   "entities_seen", "token_to_unique", "sentence_id", "doc_start")
 DOCUMENT_FIELDS = ("doc_active", "new_doc", "doc_end")
 
 
@@ -248,7 +248,7 @@ def slice_columns(batch, start: int, end: int):
         first = lengths.cumsum(dim=1) - lengths  # column of each sentence's first position
         last = torch.minimum(first + lengths, batch.lengths.view(-1, 1).clamp(max=end))  # one past its last kept
         kept = last > first.clamp(min=start)
-        # sentence positions keep their sentence_pos, so a sentence's extent is counted from its first position
+        # a kept sentence's extent is counted from its first position, also when that is before ``start``
         changes["step_sentence_lengths"] = torch.where(kept, last - first, torch.zeros_like(lengths))
     return dataclasses.replace(batch, **changes)
 

@@ -206,9 +206,7 @@ def test_chunk_steps_name_each_positions_sentence(make_row, tiny_spec):
     row = make_row("d", [[5, 6, 7], [8], [9, 10]])
     batch = collate_documents([row], tiny_spec, ChunkLayout(5))  # 9 positions: [0, 5) | [5, 9)
     first, second = batch.sentences
-    assert first.sentence_id[0].tolist() == [0, 0, 0, 0, 1] and first.sentence_pos[0].tolist() == [0, 1, 2, 3, 0]
-    assert second.sentence_id[0].tolist() == [0, 1, 1, 1] and second.sentence_pos[0].tolist() == [0, 0, 1, 2]
-    assert first.sentence_grid.tolist() == [2, 4] and second.sentence_grid.tolist() == [2, 3]
+    assert first.sentence_id[0].tolist() == [0, 0, 0, 0, 1] and second.sentence_id[0].tolist() == [0, 1, 1, 1]
     assert first.step_sentence_lengths.tolist() == [[4, 1]] and second.step_sentence_lengths.tolist() == [[1, 3]]
     assert first.new_doc.tolist() == [True] and second.new_doc.tolist() == [False]
     assert first.doc_end.tolist() == [False] and second.doc_end.tolist() == [True]
@@ -216,7 +214,7 @@ def test_chunk_steps_name_each_positions_sentence(make_row, tiny_spec):
     assert [s.lengths.tolist() for s in whole.sentences] == [[4], [5]]  # 4 | 2 + 3
     assert whole.sentences[1].sentence_id[0].tolist() == [0, 0, 1, 1, 1]
     lockstep = collate_documents([row], tiny_spec)
-    assert all(s.sentence_id.eq(0).all() and s.sentence_grid[0] == 1 for s in lockstep.sentences)
+    assert all(s.sentence_id.eq(0).all() and s.step_sentence_lengths.shape[1] == 1 for s in lockstep.sentences)
 
 
 def test_steps_count_the_most_mentions_of_one_chain_per_sentence(make_row, tiny_spec):
