@@ -9,7 +9,7 @@ of ``--batch-size`` documents (8; the static LM and the dynamical LM alike). Eac
 1. static LSTM (no fast weights);
 2. dynamical LM as before this change: output layer through ``theta + theta_hat`` per document
    and an autograd graph built for the update;
-3. + output layer as ``decoder(x) + functional_call(decoder, theta_hat)(x)``;
+3. + output layer as ``decoder(x) + functional_call(decoder, theta_hat)(x)`` (vmap over documents);
 4. + the update under ``torch.no_grad``;
 5. + the segment's gradient of the output layer in closed form, ``(softmax - onehot)^T h``, no
    autograd at evaluation (the default now; rows 2-4 set ``closed_form_grad_at_eval = False``);
@@ -18,10 +18,12 @@ of ``--batch-size`` documents (8; the static LM and the dynamical LM alike). Eac
 7. + the evaluation update computes the new weights alone: no gate tensors written, and no
    forget gate at all when lambda is 0 (here; it only scales the decay) — the default now; rows
    2-6 compute and return both gates, as the update did before;
-8. the same without ``compile_update`` (eager);
-9. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
+8. + the fast output product as one ``baddbmm`` onto ``decoder(x)`` instead of vmap over
+   ``functional_call`` (the default now; rows 3-7 use the vmap form);
+9. the same without ``compile_update`` (eager);
+10. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
 
-Rows 2, 3 and rows 2-6's update re-create the former code paths by patching this process only.
+Rows 2, 3, rows 3-7's output layer and rows 2-6's update re-create the former code paths by patching this process only.
 Every row has two later changes that are not toggled: a segment's later chunks add their
 gradient inside the product (``baddbmm``), and no zero gradient tensors are made per segment.
 """
@@ -35,6 +37,7 @@ from contextlib import contextmanager
 from unittest import mock
 
 import torch
+from torch.func import functional_call, vmap
 
 import dynlm.models.dynamical_lm as dynamical_module
 from dynlm.data.batching import collate_documents
@@ -80,6 +83,18 @@ def former_output_layer():
     def theta_plus_delta(linear, x, delta_weight, delta_bias):
         return per_document_call(linear, {"weight": delta_weight, "bias": delta_bias}, x)
     with mock.patch.object(dynamical_module, "fast_linear", theta_plus_delta):
+        yield
+
+
+@contextmanager
+def vmap_output_layer():
+    """The output layer as it was before the direct product: ``decoder(x) + vmap(functional_call(
+    decoder, theta_hat[b]))(x[b])``."""
+    def vmapped(linear, x, delta_weight, delta_bias):
+        def one_document(deltas_b, x_b):
+            return functional_call(linear, deltas_b, (x_b,))
+        return linear(x) + vmap(one_document)({"weight": delta_weight, "bias": delta_bias}, x)
+    with mock.patch.object(dynamical_module, "fast_linear", vmapped):
         yield
 
 
@@ -145,20 +160,25 @@ def main(argv: list[str] | None = None) -> int:
         with former_output_layer(), update_with_graph():
             rows.append(("dynamical, former: theta + theta_hat, update with graph",
                          tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-        with update_with_graph():
-            rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
+        with vmap_output_layer():
+            with update_with_graph():
+                rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
+                             tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+            rows.append(("+ update under no_grad",
                          tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-        rows.append(("+ update under no_grad", tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-        model.closed_form_grad_at_eval = True
-        rows.append(("+ closed-form output-layer gradient, no autograd",
-                     tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-        evaluate(fused, batches[:1])  # compiles the former fused update
-        rows.append(("+ compile_update (fused update, both gates returned)",
-                     tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+            model.closed_form_grad_at_eval = True
+            rows.append(("+ closed-form output-layer gradient, no autograd",
+                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
+            evaluate(fused, batches[:1])  # compiles the former fused update
+            rows.append(("+ compile_update (fused update, both gates returned)",
+                         tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
     start = time.perf_counter()
-    evaluate(fused, batches[:1])
-    compile_seconds = time.perf_counter() - start
-    rows.append(("+ the new weights alone, no forget gate at lambda = 0 (default)",
+    with vmap_output_layer():
+        evaluate(fused, batches[:1])
+        compile_seconds = time.perf_counter() - start
+        rows.append(("+ the new weights alone, no forget gate at lambda = 0",
+                     tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+    rows.append(("+ the fast output product as one baddbmm (default)",
                  tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
     rows.append(("the same without compile_update (eager)",
                  tokens_per_second(lambda: evaluate(model, batches), args.repeats)))

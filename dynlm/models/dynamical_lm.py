@@ -23,12 +23,13 @@ not equal to Krause et al.'s (measured on a toy model: 1e-4 relative in the loss
 
 Which tensors get a fast part is ``cfg.dynamical.fast_params``: ``output`` (decoder weight and
 bias), ``embedding`` (the word table, needs ``embedding="word"``), ``recurrent`` (``weight_hh``
-of every layer). The output layer and the embedding run the static modules with weights
-``theta + theta_hat[b]`` through ``torch.func.functional_call`` vectorized over documents with
-``torch.func.vmap`` (:func:`dynlm.modules.fast_weights.per_document_call`); the module
-parameters themselves are never replaced; the output layer is ``decoder(x) +
-functional_call(decoder, theta_hat[b])(x[b])`` (no ``theta + theta_hat`` is built). The recurrent layers use explicit batched LSTM/GRU
-cells (a Python loop over positions, slower), as torch has no vmap rule for the fused RNN ops.
+of every layer). The embedding runs the static module with weights ``theta + theta_hat[b]``
+through ``torch.func.functional_call`` vectorized over documents with ``torch.func.vmap``
+(:func:`dynlm.modules.fast_weights.per_document_call`); the module parameters themselves are
+never replaced. The output layer is ``decoder(x) + x[b] theta_hat[b]^T`` (one ``baddbmm``, no
+``theta + theta_hat`` built: :func:`dynlm.modules.fast_weights.fast_linear`). The recurrent
+layers use explicit batched LSTM/GRU cells (a Python loop over positions, slower), as torch has
+no vmap rule for the fused RNN ops.
 
 Training: the outer loss of segment s backpropagates through the updates that made
 ``theta_hat``, to ``phi`` and ``theta``; the unroll is truncated after ``unroll_steps``
