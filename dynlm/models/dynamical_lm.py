@@ -412,7 +412,7 @@ def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targ
     dlogits = log_probs.exp_()  # softmax, in place (the gather above copied what it needs)
     dlogits.scatter_add_(-1, index, torch.full_like(index, -1.0, dtype=dlogits.dtype))
     dlogits.mul_(weights.unsqueeze(-1))
-    hidden = hidden.to(dlogits.dtype)
+    out_dtype, hidden = hidden.dtype, hidden.to(dlogits.dtype)
     if add_to is None:
         grads = {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden),  # [B, V, H]
                  "output.bias": dlogits.sum(dim=1)}  # [B, V]
@@ -420,7 +420,7 @@ def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targ
         earlier_weight = add_to["output.weight"].to(dlogits.dtype)  # [B, V, H]
         grads = {"output.weight": torch.baddbmm(earlier_weight, dlogits.transpose(1, 2), hidden),
                  "output.bias": add_to["output.bias"].to(dlogits.dtype) + dlogits.sum(dim=1)}
-    return nll, [grads[name].to(hidden.dtype) for name in names]
+    return nll, [grads[name].to(out_dtype) for name in names]
 
 
 def _buffer_key(name: str) -> str:
