@@ -428,19 +428,22 @@ def _buffer_key(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _mean_grad(summed_grad: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The gradient of the mean segment NLL: ``summed_grad [B, *shape]`` over ``tokens [B]``."""
+    return summed_grad / tokens.view((-1,) + (1,) * (summed_grad.dim() - 1))
+
+
 def _update_tensors(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, prior: UpdatePrior):
-    """``meta_learner.update`` with the gradient of the mean segment NLL (``summed_grad [B, *shape]``
-    over ``tokens [B]``), returning plain tensors ``(new fast, input gate, forget gate)``."""
-    grad = summed_grad / tokens.view((-1,) + (1,) * (summed_grad.dim() - 1))
-    updated, gates = meta_learner.update(fast, grad, loss, prior)
+    """``meta_learner.update`` with :func:`_mean_grad`, returning plain tensors ``(new fast,
+    input gate, forget gate)``."""
+    updated, gates = meta_learner.update(fast, _mean_grad(summed_grad, tokens), loss, prior)
     return updated, gates.input_gate, gates.forget_gate
 
 
 def _updated_tensor(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, prior: UpdatePrior,
                     decays: bool) -> torch.Tensor:
     """The new fast weights of :func:`_update_tensors` alone (evaluation; ``decays``: lam > 0)."""
-    grad = summed_grad / tokens.view((-1,) + (1,) * (summed_grad.dim() - 1))
-    return meta_learner.updated(fast, grad, loss, prior, decays)
+    return meta_learner.updated(fast, _mean_grad(summed_grad, tokens), loss, prior, decays)
 
 
 def _gate_summary(gates: Gates) -> dict[str, torch.Tensor]:
