@@ -1,56 +1,51 @@
-"""Evaluation speed of the meta-learned dynamical LM, one change at a time, vs. the static LM.
+"""Evaluation speed of the meta-learned dynamical LM vs. the static LM, on the same batches.
 
-    python benchmarks/bench_dynamical_speed.py                 # ~2 min on one CPU thread
+    python benchmarks/bench_dynamical_speed.py                      # ~4 min on one CPU thread
+    python benchmarks/bench_dynamical_speed.py --corpus wikitext2   # ragged real sentences
 
-Seeded random documents (no corpus needed) at the size of the 60-article WikiText-2 setting of
-``reproduce_dynamical.py``: vocabulary 5005, LSTM 1x96, fast output layer, segment 32, batches
-of ``--batch-size`` documents (8; the static LM and the dynamical LM alike). Each row is ``dynlm.training.evaluate`` tokens/s (best of ``--repeats``):
+Documents: seeded random ones (``--corpus synthetic``: sentences of 30 words, Zipf-like ids) or
+WikiText-2 validation articles (``--corpus wikitext2``, from ``../shared/data/wikitext-2``, skipped
+when absent), vocabulary ``--vocab``, LSTM 1 x ``--hidden``, fast output layer, segment
+``--segment-len``, batches of ``--batch-size`` documents. Two layouts of the same documents:
+sentence lockstep, and chunks of ``--segment-len`` positions (``ChunkLayout``: each segment is one
+chunk). Rows (``dynlm.training.evaluate`` tokens/s):
 
 1. static LSTM (no fast weights);
-2. dynamical LM as before this change: output layer through ``theta + theta_hat`` per document
-   and an autograd graph built for the update;
-3. + output layer as ``decoder(x) + functional_call(decoder, theta_hat)(x)`` (vmap over documents);
-4. + the update under ``torch.no_grad``;
-5. + the segment's gradient of the output layer in closed form, ``(softmax - onehot)^T h``, no
-   autograd at evaluation (the default now; rows 2-4 set ``closed_form_grad_at_eval = False``);
-6. + ``compile_update`` (the element-wise update fused by ``torch.compile``; compile time
-   excluded, printed apart);
-7. + the evaluation update computes the new weights alone: no gate tensors written, and no
-   forget gate at all when lambda is 0 (here; it only scales the decay) — the default now; rows
-   2-6 compute and return both gates, as the update did before;
-8. + the fast output product as one ``baddbmm`` onto ``decoder(x)`` instead of vmap over
-   ``functional_call`` (the default now; rows 3-7 use the vmap form);
-9. the same without ``compile_update`` (eager);
-10. dynamic evaluation (Krause et al.) of the output layer alone, for reference (one document at a time).
+2. dynamical LM with ``compile_update`` (the update and the softmax gradient fused);
+3. dynamical LM, eager;
+4. dynamic evaluation (Krause et al.) of the output layer, for reference (one document at a time,
+   lockstep layout only).
 
-Rows 2, 3, rows 3-7's output layer and rows 2-6's update re-create the former code paths by patching this process only.
-Every row has two later changes that are not toggled: a segment's later chunks add their
-gradient inside the product (``baddbmm``), and no zero gradient tensors are made per segment.
+Method (these machines are shared and noisy): ``--rounds`` rounds, each measures every row once,
+in turn, for at least ``--seconds`` (whole evaluations, repeated); a row's figure is its median
+over the rounds, and its ratio to static is the median of the per-round ratios. The minor page
+faults of one evaluation are printed too: a large count means the allocator returned memory to
+the system and took it back (each fault costs microseconds).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import statistics
+import sys
 import time
-from contextlib import contextmanager
-from unittest import mock
+from collections import Counter
+from pathlib import Path
 
 import torch
-from torch.func import functional_call, vmap
 
-import dynlm.models.dynamical_lm as dynamical_module
-from dynlm.data.batching import collate_documents
+from dynlm.data.batching import ChunkLayout, collate_documents
 from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
-from dynlm.modules.fast_weights import per_document_call
 from dynlm.training import evaluate
 from dynlm.vocab_spec import VocabSpec
 
 
-def random_batches(spec: VocabSpec, num_docs: int, sentences: int, length: int, batch_size: int, seed: int = 0):
+def synthetic_rows(spec: VocabSpec, num_docs: int, sentences: int, length: int, seed: int = 0) -> list[dict]:
     """Seeded documents of ``sentences`` sentences of ``length`` words, Zipf-like word ids."""
     g = torch.Generator().manual_seed(seed)
     ranks = torch.arange(1, spec.num_words - 3, dtype=torch.float)
@@ -65,134 +60,119 @@ def random_batches(spec: VocabSpec, num_docs: int, sentences: int, length: int, 
         n = len(words)
         rows.append(dict(doc_id=f"d{d}", source_file="bench", num_tokens=n, sentence_lengths=lengths,
                          word_ids=words, entity_ids=[0] * n, subword_ids=[1] * n, subword_lengths=[1] * n))
-    return [collate_documents(rows[i:i + batch_size], spec) for i in range(0, num_docs, batch_size)]
+    return rows
 
 
-def tokens_per_second(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        metrics = fn()
-        best = min(best, time.perf_counter() - start)
-    return metrics["tokens"] / best
+def random_batches(spec: VocabSpec, num_docs: int, sentences: int, length: int, batch_size: int, seed: int = 0,
+                   layout: ChunkLayout | None = None):
+    """:func:`synthetic_rows` collated in batches of ``batch_size`` (sentence lockstep by default)."""
+    rows = synthetic_rows(spec, num_docs, sentences, length, seed)
+    return [collate_documents(rows[i:i + batch_size], spec, layout) for i in range(0, num_docs, batch_size)]
 
 
-@contextmanager
-def former_output_layer():
-    """The output layer as it was: ``functional_call(decoder, theta + theta_hat[b])(x[b])``."""
-    def theta_plus_delta(linear, x, delta_weight, delta_bias):
-        return per_document_call(linear, {"weight": delta_weight, "bias": delta_bias}, x)
-    with mock.patch.object(dynamical_module, "fast_linear", theta_plus_delta):
-        yield
+def wikitext_rows(num_docs: int, vocab_size: int, max_lines: int) -> tuple[VocabSpec, list[dict]]:
+    """The first ``num_docs`` WikiText-2 validation articles (``max_lines`` paragraphs each), encoded
+    with a vocabulary of ``vocab_size`` fitted on them (speed does not depend on a held-out vocabulary)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from reproduce_dynamical import DATA, read_articles
+
+    from dynlm.data.config import DataConfig
+    from dynlm.data.preprocessor import Preprocessor
+    if not DATA.exists():
+        raise SystemExit(f"--corpus wikitext2 needs {DATA} (see its SOURCE.md)")
+    docs = read_articles("valid", num_docs)
+    for d in docs:
+        d["sentences"] = d["sentences"][:max_lines]
+    counts = Counter(w for d in docs for s in d["sentences"] for w in s)
+    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=vocab_size, gamma=1.0,
+                                                    bpe_merges=0, max_chains=1))
+    rows = [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
+            for d in docs]
+    return pre.spec, rows
 
 
-@contextmanager
-def vmap_output_layer():
-    """The output layer as it was before the direct product: ``decoder(x) + vmap(functional_call(
-    decoder, theta_hat[b]))(x[b])``."""
-    def vmapped(linear, x, delta_weight, delta_bias):
-        def one_document(deltas_b, x_b):
-            return functional_call(linear, deltas_b, (x_b,))
-        return linear(x) + vmap(one_document)({"weight": delta_weight, "bias": delta_bias}, x)
-    with mock.patch.object(dynamical_module, "fast_linear", vmapped):
-        yield
+def measure(fn, seconds: float) -> float:
+    """Tokens/s of ``fn`` (an evaluation), repeated whole for at least ``seconds``."""
+    start, tokens = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        tokens += fn()["tokens"]
+    return tokens / (time.perf_counter() - start)
 
 
-@contextmanager
-def update_with_graph():
-    """The update as it was at evaluation: under autograd (a graph that is then dropped)."""
-    original = DynamicalLM._update
-
-    def with_graph(self, *args, **kwargs):
-        with torch.enable_grad():
-            return original(self, *args, **kwargs)
-    with mock.patch.object(DynamicalLM, "_update", with_graph):
-        yield
-
-
-@contextmanager
-def former_update():
-    """The evaluation update as it was: both gates computed and returned (eager, or compiled with
-    the gates as outputs of the fused kernel), the forget gate even when lambda is 0."""
-    compiled = torch.compile(dynamical_module._update_tensors)
-
-    def eager(meta_learner, fast, summed_grad, tokens, loss, prior, decays):
-        return dynamical_module._update_tensors(meta_learner, fast, summed_grad, tokens, loss, prior)[0]
-
-    def fused(meta_learner, fast, summed_grad, tokens, loss, prior, decays):
-        return compiled(meta_learner, fast, summed_grad, tokens, loss, prior)[0]
-    with (mock.patch.object(dynamical_module, "_updated_tensor", eager),
-          mock.patch.object(DynamicalLM, "_compiled_update", lambda self: fused)):
-        yield
+def page_faults(fn) -> int:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=["synthetic", "wikitext2"], default="synthetic")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=1.0, help="least time per row and round")
     parser.add_argument("--vocab", type=int, default=5005)
     parser.add_argument("--hidden", type=int, default=96)
-    parser.add_argument("--docs", type=int, default=16)
+    parser.add_argument("--docs", type=int, default=64)
+    parser.add_argument("--max-lines", type=int, default=12, help="wikitext2: paragraphs kept per article")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--segment-len", type=int, default=32)
     args = parser.parse_args(argv)
     load = os.getloadavg()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    spec = VocabSpec(num_words=args.vocab, num_entities=0, shortlist_size=args.vocab, num_subwords=4)
-    batches = random_batches(spec, args.docs, sentences=8, length=30, batch_size=args.batch_size)
+    if args.corpus == "wikitext2":
+        spec, rows = wikitext_rows(args.docs, args.vocab, args.max_lines)
+    else:
+        spec = VocabSpec(num_words=args.vocab, num_entities=0, shortlist_size=args.vocab, num_subwords=4)
+        rows = synthetic_rows(spec, args.docs, sentences=8, length=30)
+    layouts = {"sentence lockstep": None, f"chunks of {args.segment_len}": ChunkLayout(args.segment_len)}
+    batches = {name: [collate_documents(rows[i:i + args.batch_size], spec, layout)
+                      for i in range(0, len(rows), args.batch_size)] for name, layout in layouts.items()}
     base = dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden, num_layers=1, dropout=0.0,
                 embedding="word")
     static = RNNLM(ModelConfig.from_dict(base), spec)
-    dyn_cfg = ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": dict(
-        fast_params=["output"], meta_hidden_dim=0, segment_len=32, eta=3e-3)})
-    model = DynamicalLM(dyn_cfg, spec)
-    model.lm.load_state_dict(static.state_dict())
-    stats = collect_grad_stats(static, batches[:1], segment_len=32, max_segments=20)
-    rule = DynamicEvalConfig(lr=3e-3, decay=0.0, segment_len=32)
-    model.init_from_dynamic_eval(rule, stats)
+    dyn = dict(fast_params=["output"], meta_hidden_dim=0, segment_len=args.segment_len, eta=3e-3)
+    eager = DynamicalLM(ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": dyn}), spec)
+    eager.lm.load_state_dict(static.state_dict())
+    lockstep = batches["sentence lockstep"]
+    stats = collect_grad_stats(static, lockstep[:1], segment_len=args.segment_len, max_segments=20)
+    rule = DynamicEvalConfig(lr=3e-3, decay=0.0, segment_len=args.segment_len)
+    eager.init_from_dynamic_eval(rule, stats)
     with torch.no_grad():
-        model.meta_learner.gates.weight.normal_(0.0, 0.1)  # a trained-looking meta-learner
-    rows = [("static LSTM", tokens_per_second(lambda: evaluate(static, batches), args.repeats))]
-    fused = DynamicalLM(dyn_cfg.replace(dynamical={**dyn_cfg.dynamical.to_dict(), "compile_update": True}), spec)
-    fused.load_state_dict(model.state_dict())
-    with former_update():
-        model.closed_form_grad_at_eval = False  # rows 2-4: the gradient through autograd, as before
-        with former_output_layer(), update_with_graph():
-            rows.append(("dynamical, former: theta + theta_hat, update with graph",
-                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-        with vmap_output_layer():
-            with update_with_graph():
-                rows.append(("+ decoder(x) + functional_call(decoder, theta_hat)(x)",
-                             tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-            rows.append(("+ update under no_grad",
-                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-            model.closed_form_grad_at_eval = True
-            rows.append(("+ closed-form output-layer gradient, no autograd",
-                         tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-            evaluate(fused, batches[:1])  # compiles the former fused update
-            rows.append(("+ compile_update (fused update, both gates returned)",
-                         tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
+        eager.meta_learner.gates.weight.normal_(0.0, 0.1)  # a trained-looking meta-learner
+    fused = DynamicalLM(ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": {**dyn, "compile_update": True}}),
+                        spec)
+    fused.load_state_dict(eager.state_dict())
     start = time.perf_counter()
-    with vmap_output_layer():
-        evaluate(fused, batches[:1])
-        compile_seconds = time.perf_counter() - start
-        rows.append(("+ the new weights alone, no forget gate at lambda = 0",
-                     tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
-    rows.append(("+ the fast output product as one baddbmm (default)",
-                 tokens_per_second(lambda: evaluate(fused, batches), args.repeats)))
-    rows.append(("the same without compile_update (eager)",
-                 tokens_per_second(lambda: evaluate(model, batches), args.repeats)))
-    names = list(model.adapted_parameter_names().values())
-    rows.append(("dynamic evaluation, output layer (batch 1)", tokens_per_second(
-        lambda: dynamic_evaluate(static, batches, rule, stats, names=names), args.repeats)))
-    print(f"{args.docs} documents x 8 sentences x 32 positions, batches of {args.batch_size}, V={args.vocab}, H={args.hidden}, "
-          f"{args.threads} thread(s), best of {args.repeats}; compile_update compiled in {compile_seconds:.1f} s; "
-          f"load average at the start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at the end "
-          + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
-    print("| evaluation | tokens/s | vs. static |")
-    print("|---|---|---|")
-    for label, speed in rows:
-        print(f"| {label} | {speed:.0f} | {speed / rows[0][1]:.2f}x |")
+    for layout_batches in batches.values():
+        evaluate(fused, layout_batches[:1])  # compiles (chunk lengths vary: a dynamic-shape kernel too)
+    compile_seconds = time.perf_counter() - start
+    names = list(eager.adapted_parameter_names().values())
+    rows_to_run = []
+    for layout, layout_batches in batches.items():
+        rows_to_run += [(layout, "static LSTM", lambda b=layout_batches: evaluate(static, b)),
+                        (layout, "dynamical LM, compile_update", lambda b=layout_batches: evaluate(fused, b)),
+                        (layout, "dynamical LM, eager", lambda b=layout_batches: evaluate(eager, b))]
+    rows_to_run.append(("sentence lockstep", "dynamic evaluation, output layer (batch 1)",
+                        lambda: dynamic_evaluate(static, lockstep, rule, stats, names=names)))
+    speeds = {(layout, label): [] for layout, label, _ in rows_to_run}
+    for _ in range(args.rounds):
+        for layout, label, fn in rows_to_run:
+            speeds[(layout, label)].append(measure(fn, args.seconds))
+    faults = {(layout, label): page_faults(fn) for layout, label, fn in rows_to_run}
+    tokens = sum(b.num_tokens for b in lockstep)
+    print(f"{args.corpus}: {len(rows)} documents, {tokens} tokens, batches of {args.batch_size}, V={spec.output_size}, "
+          f"H={args.hidden}, segment {args.segment_len}, {args.threads} thread(s); {args.rounds} rounds of >= "
+          f"{args.seconds} s per row; compile {compile_seconds:.1f} s (not timed); load average at the start "
+          f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at the end " + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print("| layout | evaluation | tokens/s (median) | vs. static (median of rounds) | per round | page faults |")
+    print("|---|---|---|---|---|---|")
+    for (layout, label), values in speeds.items():
+        reference = speeds[(layout, "static LSTM")]
+        ratios = [v / s for v, s in zip(values, reference)]
+        print(f"| {layout} | {label} | {statistics.median(values):.0f} | {statistics.median(ratios):.2f}x | "
+              + " ".join(f"{r:.2f}" for r in ratios) + f" | {faults[(layout, label)]} |")
     return 0
 
 

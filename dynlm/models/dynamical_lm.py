@@ -27,7 +27,8 @@ of every layer). The embedding runs the static module with weights ``theta + the
 through ``torch.func.functional_call`` vectorized over documents with ``torch.func.vmap``
 (:func:`dynlm.modules.fast_weights.per_document_call`); the module parameters themselves are
 never replaced. The output layer is ``decoder(x) + x[b] theta_hat[b]^T`` (one ``baddbmm``, no
-``theta + theta_hat`` built: :func:`dynlm.modules.fast_weights.fast_linear`). The recurrent
+``theta + theta_hat`` built: :func:`dynlm.modules.fast_weights.fast_linear`) in training; evaluation
+holds ``theta + theta_hat`` (below). The recurrent
 layers use explicit batched LSTM/GRU cells (a Python loop over positions, slower), as torch has
 no vmap rule for the fused RNN ops.
 
@@ -36,18 +37,31 @@ Training: the outer loss of segment s backpropagates through the updates that ma
 updates (and at every :meth:`detach_state`, i.e. each BPTT chunk of the training loop).
 ``first_order`` drops second derivatives (the gradient fed to g_phi is a constant);
 ``checkpoint_unroll`` recomputes the meta-learner's activations in the backward pass;
-``compile_update`` fuses the element-wise update at evaluation into one ``torch.compile`` kernel.
+``compile_update`` fuses the element-wise update at evaluation into one ``torch.compile`` kernel
+(and the closed-form path's softmax gradient into another).
 Segments may span sentences: the gradient of a partial segment is accumulated in the state
 (of the summed NLL: the sum of partial gradients is the segment's; it is divided by the
 segment's token count at the update).
 
 Evaluation needs gradients, so the class sets ``needs_grad_at_eval = True`` (the evaluate loop
 then runs under ``torch.enable_grad``); in eval mode the returned state and logits are detached
-and the update itself runs under ``torch.no_grad`` (no graph); with a fast output layer only, the
-segment's gradient is computed in closed form too (``(softmax - onehot)^T h``, no autograd at all,
-see :func:`_output_layer_nll_and_grads`). Dynamic evaluation of this model
-(:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on top of theta_hat) sets
-``graph_at_eval = True`` meanwhile: the eval-mode logits then keep their graph to theta (the RNN
+and the update itself runs under ``torch.no_grad`` (no graph). With a fast output layer only,
+evaluation takes the closed-form path (no autograd at all):
+
+* each chunk keeps ``d nll / d logits = softmax - onehot`` (:func:`_output_layer_nll_and_dlogits`)
+  in ``state.pending``, and the update makes the segment's gradient ``dlogits^T h`` as one
+  product over the segment's chunks (:func:`_output_layer_grads`);
+* the state holds the output weight in use, ``theta + theta_hat`` (``state.output_weight``,
+  ``[B, V, H]``), instead of ``theta_hat``: the logits are one product (two with ``theta_hat``),
+  and the update writes the new weights into the buffer of the segment's gradient (no new
+  ``[B, V, H]`` tensor per segment). :meth:`DynamicalLM.theta_hat` gives theta_hat back.
+
+A chunk layout whose chunks are ``segment_len`` positions (``train.bptt_tokens``) reads each
+segment in one chunk; in sentence lockstep a segment that spans sentences is read in several,
+each a product with the ``[B, V, H]`` weights (``benchmarks/bench_dynamical_speed.py`` measures both).
+
+Dynamic evaluation of this model (:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on
+top of theta_hat) sets ``graph_at_eval = True`` meanwhile (so the autograd path): the eval-mode logits then keep their graph to theta (the RNN
 state is still detached at every chunk, so that gradient is truncated there, and theta_hat's
 updates are constants to it); what the model computes is unchanged. In training mode each output's
 ``extras["gate_stats"]`` holds the mean and std of both gates over the updates of that forward
@@ -69,7 +83,7 @@ from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists
 from dynlm.models.rnn_lm import RNNLM, RNNState
 from dynlm.modules.fast_weights import (fast_embedding, fast_gru_layer, fast_linear, fast_lstm_layer,
-                                        slice_columns, zero_fast_weights)
+                                        per_document_linear, slice_columns, zero_fast_weights)
 from dynlm.modules.meta_learner import Gates, MetaLearner, UpdatePrior
 from dynlm.vocab_spec import VocabSpec
 
@@ -95,6 +109,11 @@ class DynamicalState:
         segment_loss: ``[B]`` summed NLL of the current segment; segment_tokens: ``[B]`` its tokens.
         segment_pos: positions read in the current segment (shared: documents move in lockstep).
         unrolled: updates since the last truncation of the unroll.
+        pending: evaluation with a fast output layer only (the closed-form path): the current
+            segment's chunks as ``(dlogits [B, l, V], hidden [B, l, H])`` pairs; the segment's
+            gradient is one product over them at the update (``grad`` is not used then).
+        output_weight: the same path: ``decoder.weight + fast["output.weight"]`` ``[B, V, H]``, so
+            that the logits are one product; made by the update (valid while theta is unchanged).
     """
 
     lm: RNNState
@@ -104,6 +123,8 @@ class DynamicalState:
     segment_tokens: torch.Tensor
     segment_pos: int = 0
     unrolled: int = 0
+    pending: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+    output_weight: torch.Tensor | None = None
 
 
 class DynamicalLM(nn.Module):
@@ -202,13 +223,32 @@ class DynamicalLM(nn.Module):
         lm = RNNState(lm.h.to(dtype), None if lm.c is None else lm.c.to(dtype))
         fast = {k: v.to(lm.h.device) for k, v in zero_fast_weights(self.fast_targets(), batch_size).items()}
         zeros = torch.zeros(batch_size, device=lm.h.device, dtype=dtype)
-        return DynamicalState(lm, fast, {k: torch.zeros_like(v) for k, v in fast.items()}, zeros, zeros.clone())
+        return DynamicalState(lm, fast, dict(fast), zeros, zeros.clone())  # grad: the same read-only zeros
+
+    def theta_hat(self, state: DynamicalState) -> dict[str, torch.Tensor]:
+        """name -> theta_hat ``[B, *shape]`` of every fast tensor in ``state`` (on the closed-form
+        evaluation path the output weight is held as ``theta + theta_hat``: this subtracts theta)."""
+        fast = dict(state.fast)
+        if state.output_weight is not None:
+            fast["output.weight"] = state.output_weight - self.lm.decoder.weight.detach()  # [B, V, H]
+        return fast
+
+    def _without_closed_form_parts(self, state: DynamicalState) -> DynamicalState:
+        """``state`` with theta_hat in ``fast`` and the pending chunks' gradient in ``grad`` (what
+        the autograd path reads), from a state that the closed-form evaluation path made."""
+        grad = dict(state.grad)
+        if state.pending:
+            with torch.no_grad():
+                grad.update(_output_layer_grads(list(state.pending), state.output_weight.dtype))
+        return dataclasses.replace(state, fast=self.theta_hat(state), grad=grad, pending=(), output_weight=None)
 
     def detach_state(self, state: DynamicalState) -> DynamicalState:
         """Cut all autograd history (also truncates the meta-learner unroll)."""
         return DynamicalState(RNNLM.detach_state(state.lm), {k: v.detach() for k, v in state.fast.items()},
                               {k: v.detach() for k, v in state.grad.items()}, state.segment_loss.detach(),
-                              state.segment_tokens.detach(), state.segment_pos, 0)
+                              state.segment_tokens.detach(), state.segment_pos, 0,
+                              tuple((d.detach(), h.detach()) for d, h in state.pending),
+                              None if state.output_weight is None else state.output_weight.detach())
 
     def reset_state(self, state: DynamicalState, keep: torch.Tensor) -> DynamicalState:
         """Zero RNN state, theta_hat and the pending segment of rows where ``keep`` [B] is False."""
@@ -217,10 +257,14 @@ class DynamicalLM(nn.Module):
         def rows(t: torch.Tensor) -> torch.Tensor:
             return t * keep.view((-1,) + (1,) * (t.dim() - 1)).to(t.dtype)
 
+        output_weight = state.output_weight
+        if output_weight is not None:  # theta_hat = 0 in the reset rows: the static weight
+            output_weight = torch.where(keep.view(-1, 1, 1), output_weight, self.lm.decoder.weight.detach())
         return dataclasses.replace(
             state, lm=RNNLM.reset_state(state.lm, keep), fast={k: rows(v) for k, v in state.fast.items()},
             grad={k: rows(v) for k, v in state.grad.items()}, segment_loss=rows(state.segment_loss),
-            segment_tokens=rows(state.segment_tokens))
+            segment_tokens=rows(state.segment_tokens),
+            pending=tuple((rows(d), rows(h)) for d, h in state.pending), output_weight=output_weight)
 
     # ----- forward --------------------------------------------------------------------------
     @accepts_sentence_lists
@@ -241,10 +285,20 @@ class DynamicalLM(nn.Module):
         keep_graph = training or self.graph_at_eval  # the outputs' graph to theta
         create_graph = training and not self.settings.first_order
         # At evaluation the gradient of a fast output layer has a closed form (see
-        # _output_layer_nll_and_grads): no graph, no backward pass through vmap.
+        # _output_layer_nll_and_dlogits): no graph, no backward pass.
         closed_form = (self.closed_form_grad_at_eval and not keep_graph
                        and set(state.fast) <= {"output.weight", "output.bias"})
-        fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
+        if closed_form:
+            fast = dict(state.fast)  # no autograd on this path
+            pending, output_weight = list(state.pending), state.output_weight
+            if "output.weight" in fast:  # from here on held as the weights in use, theta + theta_hat
+                with torch.no_grad():
+                    output_weight = self.lm.decoder.weight + fast.pop("output.weight")  # [B, V, H]
+        else:
+            if state.output_weight is not None:  # a state of the closed-form path: back to theta_hat and grad
+                state = self._without_closed_form_parts(state)
+            fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
+            pending, output_weight = [], None
         lm_state, grad = state.lm, dict(state.grad)
         seg_loss, seg_tokens, seg_pos, unrolled = state.segment_loss, state.segment_tokens, state.segment_pos, state.unrolled
         logits_parts, hidden_parts, gate_stats = [], [], []
@@ -255,10 +309,13 @@ class DynamicalLM(nn.Module):
             names = list(fast)
             if closed_form:  # eval, fast output layer only: no autograd at all
                 with torch.no_grad():
-                    logits, hidden, lm_state = self._score(chunk, lm_state, fast)
-                    # a segment's later chunks add their gradient inside the product (baddbmm)
-                    nll, grads = _output_layer_nll_and_grads(logits, hidden, chunk.targets, chunk.mask, names,
-                                                             None if seg_pos == 0 else grad)
+                    logits, hidden, lm_state = self._score(chunk, lm_state, fast, output_weight)
+                    # the chunk's d nll / d logits, kept until the update makes the segment's gradient
+                    nll_and_dlogits = (self._compiled_nll_and_dlogits() if self.settings.compile_update
+                                       else _output_layer_nll_and_dlogits)
+                    nll, dlogits = nll_and_dlogits(logits, chunk.targets, chunk.mask)
+                pending.append((dlogits, hidden))
+                names, grads = [], []  # the gradient is made at the update, from ``pending``
             else:
                 logits, hidden, lm_state = self._score(chunk, lm_state, fast)
                 nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
@@ -283,10 +340,19 @@ class DynamicalLM(nn.Module):
             logits_parts.append(logits)
             hidden_parts.append(hidden)
             if seg_pos == self.settings.segment_len:
-                with torch.set_grad_enabled(training):  # no graph for the update at evaluation
-                    fast = self._update(fast, grad, seg_loss, seg_tokens, gate_stats if training else None)
+                if closed_form:  # the segment's gradient: one product over its chunks (state.grad unused)
+                    with torch.no_grad():
+                        segment_grad = _output_layer_grads(pending, hidden.dtype)
+                        fast, output_weight = self._update(fast, segment_grad, seg_loss, seg_tokens, None,
+                                                           output_weight)
+                    pending = []
+                else:
+                    with torch.set_grad_enabled(training):  # no graph for the update at evaluation
+                        fast, _ = self._update(fast, grad, seg_loss, seg_tokens, gate_stats if training else None)
                 unrolled += 1
-                if not training or unrolled >= self.settings.unroll_steps:
+                if closed_form:
+                    unrolled = 0
+                elif not training or unrolled >= self.settings.unroll_steps:
                     fast = {k: v.detach().requires_grad_(True) for k, v in fast.items()}
                     unrolled = 0
                 # the next segment's first chunk replaces the gradients (no zero tensors to add to)
@@ -297,12 +363,18 @@ class DynamicalLM(nn.Module):
             grad = {k: v.detach() for k, v in grad.items()}
         extras = {"gate_stats": _mean_gate_stats(gate_stats)} if gate_stats else {}
         output = LMOutput(logits=torch.cat(logits_parts, dim=1), hidden=torch.cat(hidden_parts, dim=1), extras=extras)
-        return output, DynamicalState(lm_state, fast, grad, seg_loss, seg_tokens, seg_pos, unrolled)
+        return output, DynamicalState(lm_state, fast, grad, seg_loss, seg_tokens, seg_pos, unrolled,
+                                      tuple(pending), output_weight)
 
-    def _update(self, fast, grad, seg_loss, seg_tokens, gate_stats: list | None) -> dict[str, torch.Tensor]:
+    def _update(self, fast, grad, seg_loss, seg_tokens, gate_stats: list | None,
+                output_weight: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """One meta-learned update of theta_hat for documents that had tokens in the segment.
 
         ``gate_stats`` (training only) receives one dict of detached gate statistics per tensor.
+        ``output_weight`` (evaluation, closed-form path): ``theta + theta_hat`` of the output layer
+        ``[B, V, H]``, held instead of ``fast["output.weight"]``; its update is written into the
+        buffer of ``grad["output.weight"]`` (this segment's own: no new ``[B, V, H]`` tensor).
+        Returns the new fast tensors and the new ``output_weight`` (None when not given).
         """
         mean_loss = seg_loss / seg_tokens.clamp(min=1)  # [B]
         has_tokens = seg_tokens > 0
@@ -310,6 +382,7 @@ class DynamicalLM(nn.Module):
         priors = self._priors()
         decays = self.training or bool(self.meta_learner.lam > 0)  # lam = 0: no forget gate at evaluation
         tokens = seg_tokens.clamp(min=1)  # [B]: the update divides grad by it (the mean segment NLL's)
+        fused = self.settings.compile_update and not self.training
         new = {}
         for name, value in fast.items():
             shape = (-1,) + (1,) * (value.dim() - 1)
@@ -318,7 +391,6 @@ class DynamicalLM(nn.Module):
                     _update_tensors, self.meta_learner, value, grad[name], tokens, mean_loss, priors[name],
                     use_reentrant=False)
             elif not self.training:  # evaluation: the new weights alone (no gates kept, no graph)
-                fused = self.settings.compile_update
                 update = self._compiled_update() if fused else _updated_tensor
                 updated = update(self.meta_learner, value, grad[name], tokens, mean_loss, priors[name], decays)
             else:
@@ -327,18 +399,39 @@ class DynamicalLM(nn.Module):
             if gate_stats is not None:
                 gate_stats.append(_gate_summary(Gates(input_gate.detach(), forget_gate.detach())))
             new[name] = updated if all_have_tokens else torch.where(has_tokens.view(shape), updated, value)
-        return new
+        if output_weight is not None:
+            update = self._compiled_update(in_use=True) if fused else _updated_weights_into_grad
+            updated = update(self.meta_learner, output_weight, self.lm.decoder.weight, grad["output.weight"],
+                             tokens, mean_loss, priors["output.weight"], decays)
+            output_weight = updated if all_have_tokens else torch.where(has_tokens.view(-1, 1, 1), updated,
+                                                                        output_weight)
+        return new, output_weight
 
-    def _compiled_update(self):
-        """:func:`_updated_tensor` fused by ``torch.compile`` (built on first use, kept per model)."""
-        compiled = self.__dict__.get("_compiled_update_fn")
+    def _compiled_update(self, in_use: bool = False):
+        """:func:`_updated_tensor` (``in_use``: :func:`_updated_weights_into_grad`) fused by
+        ``torch.compile`` (built on first use, kept per model)."""
+        key = "_compiled_update_in_use_fn" if in_use else "_compiled_update_fn"
+        compiled = self.__dict__.get(key)
         if compiled is None:
-            compiled = torch.compile(_updated_tensor)
-            self.__dict__["_compiled_update_fn"] = compiled  # a plain attribute: not in the state dict
+            compiled = torch.compile(_updated_weights_into_grad if in_use else _updated_tensor)
+            self.__dict__[key] = compiled  # a plain attribute: not in the state dict
         return compiled
 
-    def _score(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor]):
-        """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk."""
+    def _compiled_nll_and_dlogits(self):
+        """:func:`_output_layer_nll_and_dlogits` fused by ``torch.compile`` (dynamic chunk length)."""
+        compiled = self.__dict__.get("_compiled_nll_and_dlogits_fn")
+        if compiled is None:
+            compiled = torch.compile(_output_layer_nll_and_dlogits, dynamic=True)
+            self.__dict__["_compiled_nll_and_dlogits_fn"] = compiled  # not in the state dict
+        return compiled
+
+    def _score(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor],
+               output_weight: torch.Tensor | None = None):
+        """Logits ``[B, l, V]``, hidden ``[B, l, H]`` and the new RNN state for one chunk.
+
+        ``output_weight``: ``decoder.weight + fast["output.weight"]`` ``[B, V, H]`` when the caller
+        has it (the logits are then one product instead of two).
+        """
         lm = self.lm
         # In eval with only a fast output layer nothing below the decoder needs a graph.
         below_needs_graph = self.training or self.graph_at_eval or any(not k.startswith("output.") for k in fast)
@@ -354,7 +447,9 @@ class DynamicalLM(nn.Module):
             else:
                 hidden, lm_state = lm.run_rnn(x, lm_state, getattr(chunk, "lengths", None))
         dropped = lm.output_dropout(hidden)
-        if "output.weight" in fast:
+        if output_weight is not None:
+            logits = per_document_linear(dropped, output_weight, lm.decoder.bias + fast["output.bias"])  # [B, l, V]
+        elif "output.weight" in fast:
             logits = fast_linear(lm.decoder, dropped, fast["output.weight"], fast["output.bias"])  # [B, l, V]
         else:
             logits = lm.decoder(dropped)
@@ -391,17 +486,12 @@ def _segment_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
     return (nll * mask.to(nll.dtype)).sum(dim=1)
 
 
-def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor,
-                                mask: torch.Tensor, names: list[str], add_to: dict[str, torch.Tensor] | None = None
-                                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Summed NLL per document ``[B]`` and its gradient w.r.t. a fast output layer, in closed form.
+def _output_layer_nll_and_dlogits(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed NLL per document ``[B]`` and its gradient w.r.t. the logits ``[B, l, V]``, in closed form.
 
-    For ``logits = h W^T + b`` (no dropout: evaluation) ``d nll / d logits = (softmax - onehot) *
-    mask`` (``dlogits [B, l, V]``), so ``dW[b] = dlogits[b]^T h[b]`` (``[B, V, H]``, one ``bmm``) and
-    ``db[b] = sum_l dlogits[b, l]`` (``[B, V]``): what ``torch.autograd.grad`` of
-    :func:`_segment_nll` gives, without a graph. ``names`` orders the result (``output.weight`` /
-    ``output.bias``). ``add_to`` (name -> ``[B, *shape]``, the same names): gradients that the
-    result is added to, inside the product (``baddbmm``; a new tensor, ``add_to`` is not changed).
+    ``d nll / d logits = (softmax - onehot) * mask``: with it a fast output layer's gradient needs
+    no autograd (:func:`_output_layer_grads`).
     """
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
@@ -411,16 +501,23 @@ def _output_layer_nll_and_grads(logits: torch.Tensor, hidden: torch.Tensor, targ
     nll = -(log_probs.gather(-1, index).squeeze(-1) * weights).sum(dim=1)  # [B]
     dlogits = log_probs.exp_()  # softmax, in place (the gather above copied what it needs)
     dlogits.scatter_add_(-1, index, torch.full_like(index, -1.0, dtype=dlogits.dtype))
-    dlogits.mul_(weights.unsqueeze(-1))
-    out_dtype, hidden = hidden.dtype, hidden.to(dlogits.dtype)
-    if add_to is None:
-        grads = {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden),  # [B, V, H]
-                 "output.bias": dlogits.sum(dim=1)}  # [B, V]
-    else:
-        earlier_weight = add_to["output.weight"].to(dlogits.dtype)  # [B, V, H]
-        grads = {"output.weight": torch.baddbmm(earlier_weight, dlogits.transpose(1, 2), hidden),
-                 "output.bias": add_to["output.bias"].to(dlogits.dtype) + dlogits.sum(dim=1)}
-    return nll, [grads[name].to(out_dtype) for name in names]
+    return nll, dlogits.mul_(weights.unsqueeze(-1))
+
+
+def _output_layer_grads(pending: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype
+                        ) -> dict[str, torch.Tensor]:
+    """The gradient of a segment's summed NLL w.r.t. a fast output layer ``h W^T + b``.
+
+    ``pending`` holds the segment's chunks as ``(dlogits [B, l, V], hidden [B, l, H])`` (no dropout:
+    evaluation). ``dW[b] = dlogits[b]^T h[b]`` (``[B, V, H]``) over all the segment's positions at
+    once (one ``bmm``: a product per chunk would write ``[B, V, H]`` once per chunk) and
+    ``db[b] = sum_l dlogits[b, l]`` (``[B, V]``): what ``torch.autograd.grad`` of
+    :func:`_segment_nll` gives, without a graph. Returns ``output.weight`` and ``output.bias`` in ``dtype``.
+    """
+    dlogits = torch.cat([d for d, _ in pending], dim=1) if len(pending) > 1 else pending[0][0]  # [B, P, V]
+    hidden = torch.cat([h for _, h in pending], dim=1) if len(pending) > 1 else pending[0][1]  # [B, P, H]
+    return {"output.weight": torch.bmm(dlogits.transpose(1, 2), hidden.to(dlogits.dtype)).to(dtype),  # [B, V, H]
+            "output.bias": dlogits.sum(dim=1).to(dtype)}  # [B, V]
 
 
 def _buffer_key(name: str) -> str:
@@ -444,6 +541,25 @@ def _updated_tensor(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, 
                     decays: bool) -> torch.Tensor:
     """The new fast weights of :func:`_update_tensors` alone (evaluation; ``decays``: lam > 0)."""
     return meta_learner.updated(fast, _mean_grad(summed_grad, tokens), loss, prior, decays)
+
+
+def _updated_weights_into_grad(meta_learner: MetaLearner, weights, static, summed_grad, tokens, loss,
+                               prior: UpdatePrior, decays: bool) -> torch.Tensor:
+    """:func:`_updated_tensor` for a fast tensor held as the weights in use, ``weights = static + fast``.
+
+    Returns ``weights + (new fast - fast)``, written into ``summed_grad``'s buffer (the segment's
+    own gradient, not needed after the update; :meth:`MetaLearner.updated_into`): no new
+    ``[B, *shape]`` tensor is returned, and fused by ``torch.compile`` it is one pass.
+    """
+    mean_grad = summed_grad.div_(tokens.view((-1,) + (1,) * (summed_grad.dim() - 1)))  # in place
+    if torch.compiler.is_compiling():  # one fused kernel over every document
+        return meta_learner.updated_into(mean_grad, weights - static, loss, prior, decays, weights=weights)
+    # eager: document by document, so that the temporaries are [*shape] (cache-sized, reused by the
+    # allocator) rather than [B, *shape] (fresh pages at every segment)
+    for b in range(weights.size(0)):
+        meta_learner.updated_into(mean_grad[b:b + 1], weights[b:b + 1] - static, loss[b:b + 1], prior, decays,
+                                  weights=weights[b:b + 1])
+    return mean_grad
 
 
 def _gate_summary(gates: Gates) -> dict[str, torch.Tensor]:

@@ -54,9 +54,11 @@ def zero_fast_weights(params: dict[str, torch.Tensor], batch_size: int) -> dict[
         batch_size: B documents.
 
     Returns:
-        name -> zeros ``[B, *shape]`` (same dtype/device as the parameter, no grad history).
+        name -> zeros ``[B, *shape]`` (same dtype/device as the parameter, no grad history): one
+        ``[*shape]`` zero tensor expanded over the documents (no ``[B, *shape]`` memory is written
+        until an update makes the first real theta_hat; read-only, like any expanded tensor).
     """
-    return {name: torch.zeros((batch_size,) + tuple(p.shape), dtype=p.dtype, device=p.device)
+    return {name: torch.zeros(tuple(p.shape), dtype=p.dtype, device=p.device).expand((batch_size,) + tuple(p.shape))
             for name, p in params.items()}
 
 
@@ -93,10 +95,9 @@ def fast_linear(linear: nn.Linear, x: torch.Tensor, delta_weight: torch.Tensor,
 
     Computed as ``linear(x) + x[b] @ dW[b]^T + db[b]``: a linear map is linear in its weights, so
     the static and the fast part are two products (one ``baddbmm`` adds the fast product to the
-    static output) and the ``[B, V, H]`` tensor ``W + dW`` is never built (measured in
-    benchmarks/results/dynamical_wikitext2.md); a direct product, as ``vmap`` over
-    ``functional_call`` (:func:`per_document_call`) costs more per call (0.5 ms of 1.3 ms for one
-    document of 32 positions, V = 5005, H = 96).
+    static output) and the ``[B, V, H]`` tensor ``W + dW`` is never built: the form for ``dW`` that
+    changes at every call (training). Where ``W + dW`` is kept across calls,
+    :func:`per_document_linear` makes one product.
 
     Args:
         linear: the static ``nn.Linear`` (weight ``[V, H]``, bias ``[V]`` or None).
@@ -112,6 +113,25 @@ def fast_linear(linear: nn.Linear, x: torch.Tensor, delta_weight: torch.Tensor,
             raise ValueError("fast_linear: delta_bias given but the linear layer has no bias")
         out = out + delta_bias.unsqueeze(1)
     return torch.baddbmm(out, x, delta_weight.transpose(1, 2))  # [B, L, V]
+
+
+def per_document_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x[b] @ weight[b]^T + bias[b]`` for every document b: one ``baddbmm``.
+
+    For weights that are already ``W + dW`` per document (``[B, V, H]``): one product where
+    :func:`fast_linear` makes two. The dynamical LM keeps that sum at evaluation, where it changes
+    only once per segment.
+
+    Args:
+        x: [B, L, H] inputs.
+        weight: [B, V, H]; bias: [B, V] or None.
+
+    Returns:
+        [B, L, V].
+    """
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))  # [B, L, V]
 
 
 def fast_embedding(embedding: nn.Embedding, tokens: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:

@@ -58,12 +58,20 @@ def test_fast_weights_update_each_segment_and_reset_per_document():
     batch = _random_docs(2, 9, 1, seed=2)  # 10 positions -> 2 updates, 2 pending
     output, state = model(batch.sentences[0], model.init_state(2))
     assert isinstance(state, DynamicalState) and state.segment_pos == 2
-    assert float(state.fast["output.weight"].abs().max()) > 0
-    assert float(state.grad["output.bias"].abs().max()) > 0  # pending partial segment
+    theta_hat = model.theta_hat(state)
+    assert float(theta_hat["output.weight"].abs().max()) > 0 and float(theta_hat["output.bias"].abs().max()) > 0
+    # evaluation holds the output weight as theta + theta_hat and the partial segment's d nll / d logits
+    torch.testing.assert_close(state.output_weight, model.lm.decoder.weight + theta_hat["output.weight"])
+    assert len(state.pending) == 1 and state.pending[0][0].shape == (2, 2, SPEC.num_words)
     reset = model.reset_state(state, torch.tensor([True, False]))
-    assert float(reset.fast["output.weight"][1].abs().max()) == 0.0
-    torch.testing.assert_close(reset.fast["output.weight"][0], state.fast["output.weight"][0])
-    assert float(reset.segment_tokens[1]) == 0.0
+    reset_hat = model.theta_hat(reset)
+    assert float(reset_hat["output.weight"][1].abs().max()) == 0.0 and float(reset_hat["output.bias"][1].abs().max()) == 0.0
+    torch.testing.assert_close(reset_hat["output.weight"][0], theta_hat["output.weight"][0])
+    assert float(reset.segment_tokens[1]) == 0.0 and float(reset.pending[0][0][1].abs().max()) == 0.0
+    # the same document read in training mode (autograd path) ends with the same theta_hat
+    model.train()
+    _, trained_state = model(batch.sentences[0], model.init_state(2))
+    torch.testing.assert_close(trained_state.fast["output.weight"], theta_hat["output.weight"], rtol=1e-4, atol=1e-7)
 
 
 def test_build_model_and_param_groups():
@@ -304,3 +312,25 @@ def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64):
     static = evaluate(model.lm, batches)
     assert abs(closed["loss"] - static["loss"]) > 1e-3  # the updates matter (measured 4.2e-3)
     assert closed["loss"] == pytest.approx(autograd["loss"], rel=1e-12, abs=0)
+
+
+def test_a_closed_form_state_continues_on_the_autograd_path_and_is_not_changed(float64):
+    """The closed-form evaluation path holds theta + theta_hat and pending d nll / d logits in its
+    state; the autograd path continues such a state exactly, and no forward writes into the state
+    it was given (the update's in-place write goes into the segment's own gradient buffer)."""
+    torch.manual_seed(0)
+    model = _model(fast_params=["output"], segment_len=4, eta=0.3, decay=0.05).eval()
+    with torch.no_grad():
+        model.meta_learner.gates.weight.normal_(0.0, 0.5)
+    batch = _random_docs(2, 9, 2, seed=13)  # sentences of 10 positions: segments span them
+    first, state = model(batch.sentences[0], model.init_state(2))
+    assert state.output_weight is not None and state.pending  # closed-form parts
+    before = {"output_weight": state.output_weight.clone(), "pending": state.pending[0][0].clone()}
+    closed, _ = model(batch.sentences[1], state)
+    again, _ = model(batch.sentences[1], state)
+    torch.testing.assert_close(again.logits, closed.logits, rtol=0, atol=0)
+    torch.testing.assert_close(state.output_weight, before["output_weight"], rtol=0, atol=0)
+    torch.testing.assert_close(state.pending[0][0], before["pending"], rtol=0, atol=0)
+    model.closed_form_grad_at_eval = False
+    autograd, _ = model(batch.sentences[1], state)
+    torch.testing.assert_close(autograd.logits, closed.logits, rtol=1e-10, atol=1e-12)
