@@ -8,7 +8,7 @@ WikiText-2 validation articles (``--corpus wikitext2``, from ``../shared/data/wi
 when absent), vocabulary ``--vocab``, LSTM 1 x ``--hidden``, fast output layer, segment
 ``--segment-len``, batches of ``--batch-size`` documents. Two layouts of the same documents:
 sentence lockstep, and chunks of ``--segment-len`` positions (``ChunkLayout``: each segment is one
-chunk). Rows (``dynlm.training.evaluate`` tokens/s):
+chunk), batched as evaluation batches them (``batch_documents``: similar lengths together). Rows (``dynlm.training.evaluate`` tokens/s):
 
 1. static LSTM (no fast weights);
 2. dynamical LM with ``compile_update`` (the update and the softmax gradient fused);
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from dynlm.data.batching import ChunkLayout, collate_documents
+from dynlm.data.batching import ChunkLayout, batch_documents, collate_documents
 from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = VocabSpec(num_words=args.vocab, num_entities=0, shortlist_size=args.vocab, num_subwords=4)
         rows = synthetic_rows(spec, args.docs, sentences=8, length=30)
     layouts = {"sentence lockstep": None, f"chunks of {args.segment_len}": ChunkLayout(args.segment_len)}
-    batches = {name: [collate_documents(rows[i:i + args.batch_size], spec, layout)
-                      for i in range(0, len(rows), args.batch_size)] for name, layout in layouts.items()}
+    # as evaluation batches them: documents of similar length together, in that order
+    batches = {name: list(batch_documents(rows, spec, args.batch_size, seed=None, layout=layout))
+               for name, layout in layouts.items()}
     base = dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden, num_layers=1, dropout=0.0,
                 embedding="word")
     static = RNNLM(ModelConfig.from_dict(base), spec)

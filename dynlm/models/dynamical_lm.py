@@ -401,10 +401,9 @@ class DynamicalLM(nn.Module):
             new[name] = updated if all_have_tokens else torch.where(has_tokens.view(shape), updated, value)
         if output_weight is not None:
             update = self._compiled_update(in_use=True) if fused else _updated_weights_into_grad
-            updated = update(self.meta_learner, output_weight, self.lm.decoder.weight, grad["output.weight"],
-                             tokens, mean_loss, priors["output.weight"], decays)
-            output_weight = updated if all_have_tokens else torch.where(has_tokens.view(-1, 1, 1), updated,
-                                                                        output_weight)
+            output_weight = update(self.meta_learner, output_weight, self.lm.decoder.weight, grad["output.weight"],
+                                   tokens, mean_loss, priors["output.weight"], decays,
+                                   None if all_have_tokens else has_tokens)
         return new, output_weight
 
     def _compiled_update(self, in_use: bool = False):
@@ -544,21 +543,30 @@ def _updated_tensor(meta_learner: MetaLearner, fast, summed_grad, tokens, loss, 
 
 
 def _updated_weights_into_grad(meta_learner: MetaLearner, weights, static, summed_grad, tokens, loss,
-                               prior: UpdatePrior, decays: bool) -> torch.Tensor:
+                               prior: UpdatePrior, decays: bool, has_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`_updated_tensor` for a fast tensor held as the weights in use, ``weights = static + fast``.
 
     Returns ``weights + (new fast - fast)``, written into ``summed_grad``'s buffer (the segment's
     own gradient, not needed after the update; :meth:`MetaLearner.updated_into`): no new
     ``[B, *shape]`` tensor is returned, and fused by ``torch.compile`` it is one pass.
+    ``has_tokens`` ``[B]`` (None: all): documents without tokens in the segment keep ``weights``.
     """
     mean_grad = summed_grad.div_(tokens.view((-1,) + (1,) * (summed_grad.dim() - 1)))  # in place
     if torch.compiler.is_compiling():  # one fused kernel over every document
-        return meta_learner.updated_into(mean_grad, weights - static, loss, prior, decays, weights=weights)
+        new = meta_learner.updated_into(mean_grad, weights - static, loss, prior, decays, weights=weights)
+        if has_tokens is None:
+            return new
+        return new.copy_(torch.where(has_tokens.view((-1,) + (1,) * (new.dim() - 1)), new, weights))
     # eager: document by document, so that the temporaries are [*shape] (cache-sized, reused by the
-    # allocator) rather than [B, *shape] (fresh pages at every segment)
-    for b in range(weights.size(0)):
-        meta_learner.updated_into(mean_grad[b:b + 1], weights[b:b + 1] - static, loss[b:b + 1], prior, decays,
-                                  weights=weights[b:b + 1])
+    # allocator) rather than [B, *shape] (fresh pages at every segment); a document without tokens
+    # (e.g. one that has ended) costs a copy
+    active = [True] * weights.size(0) if has_tokens is None else has_tokens.tolist()
+    for b, has in enumerate(active):
+        if has:
+            meta_learner.updated_into(mean_grad[b:b + 1], weights[b:b + 1] - static, loss[b:b + 1], prior, decays,
+                                      weights=weights[b:b + 1])
+        else:
+            mean_grad[b].copy_(weights[b])
     return mean_grad
 
 

@@ -264,7 +264,7 @@ def test_compiled_update_evaluates_like_the_eager_one():
         eager.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
     fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True)
     fused.load_state_dict(eager.state_dict())
-    batches = [_random_docs(3, 9, 2, seed=11)]
+    batches = [_random_docs(3, 9, 2, seed=11), _ragged_docs(seed=11)]
     assert evaluate(fused, batches)["loss"] == pytest.approx(evaluate(eager, batches)["loss"], rel=1e-5)
     assert "_compiled_update_fn" in fused.__dict__ and "_compiled_update_fn" not in fused.state_dict()
 
@@ -297,6 +297,18 @@ def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_th
     assert curve[-1] < before - (0.02 if train_theta else 0.002), curve
 
 
+def _ragged_docs(seed):
+    """Three documents of different lengths in one batch: in sentence lockstep some have segments
+    without tokens (a short sentence beside a long one) and one ends before the others."""
+    g = torch.Generator().manual_seed(seed)
+
+    def sentence(n):
+        return torch.randint(4, SPEC.num_words, (n,), generator=g).tolist()
+    return collate_documents([_row("a", [sentence(3), sentence(12), sentence(2)]),
+                              _row("b", [sentence(14), sentence(1), sentence(13)]),
+                              _row("c", [sentence(5)])], SPEC)
+
+
 def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64):
     """Eval with a fast output layer computes the segment gradient as (softmax - onehot)^T h; with
     graph_at_eval set the model takes the autograd path instead: the same losses."""
@@ -304,7 +316,7 @@ def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64):
     model = _model(fast_params=["output"], segment_len=5, eta=0.3, decay=0.05)
     with torch.no_grad():
         model.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
-    batches = [_random_docs(3, 9, 2, seed=12)]
+    batches = [_random_docs(3, 9, 2, seed=12), _ragged_docs(seed=12)]
     closed = evaluate(model, batches)
     model.graph_at_eval = True
     autograd = evaluate(model, batches)
