@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from dynlm.data.batching import batch_documents
+from dynlm.data.batching import ChunkLayout, batch_documents
 from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.readers import parse_file
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patience", type=int, default=2, help="theta_0's early stopping (epochs without a better valid ppl)")
     parser.add_argument("--meta-steps", type=int, default=40)
     parser.add_argument("--segment-len", type=int, default=32)
+    parser.add_argument("--eval-layout", choices=["segments", "sentences"], default="segments",
+                        help="valid / test read in chunks of --segment-len positions, or sentence by sentence")
     parser.add_argument("--dyneval-etas", type=lambda text: [float(x) for x in text.split(",")], default=DYNEVAL_ETAS,
                         help="comma-separated eta grid of (b) and (c0), picked on validation")
     parser.add_argument("--unroll-steps", type=int, default=4)
@@ -137,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
 
     train_rows, valid_rows, test_rows = encode(train_docs), encode(valid_docs), encode(test_docs)
     train_batches = lambda epoch: [b.to(device) for b in batch_documents(train_rows, spec, args.batch_size, seed=epoch)]
-    valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.eval_batch_size, seed=None)]
-    test = [b.to(device) for b in batch_documents(test_rows, spec, args.eval_batch_size, seed=None)]
+    # evaluation reads each article in chunks of one segment (a segment that spans sentences is then
+    # one product with the fast weights, not one per sentence), or sentence by sentence
+    eval_layout = ChunkLayout(args.segment_len) if args.eval_layout == "segments" else None
+    valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
+    test = [b.to(device) for b in batch_documents(test_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
     tokens = {name: sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows)
               for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))}
     print(f"data: {tokens} target tokens, vocab {spec.output_size}", flush=True)
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Budget: first {args.train_articles} train articles, first {args.eval_articles} valid / test articles, "
         f"each cut to its first {args.max_lines or 'all'} paragraphs; target tokens {tokens}; vocabulary "
         f"{spec.output_size} (words off the {args.vocab_size}-word list are `<unk>`). LSTM 1x{args.hidden}, "
-        f"the best valid epoch ({fitted['best_epoch']} of {fitted['epochs_run']} run, at most {args.static_epochs}, lr 3e-3) gives theta_0; evaluation batches of {args.eval_batch_size} article(s). Same theta budget for all three: "
+        f"the best valid epoch ({fitted['best_epoch']} of {fitted['epochs_run']} run, at most {args.static_epochs}, lr 3e-3) gives theta_0; evaluation batches of {args.eval_batch_size} article(s), read {'in chunks of one segment' if args.eval_layout == 'segments' else 'sentence by sentence'}. Same theta budget for all three: "
         + (f"theta stays theta_0 for (a), (b) and (c); (c) meta-trains phi alone (lr {args.meta_lr:g}) "
            if args.freeze_theta else
            f"(c) starts from theta_0 and meta-trains theta (lr {META_THETA_LR:g}) and phi (lr {args.meta_lr:g}) "

@@ -43,8 +43,11 @@ class DynamicalSettings(Config):
     segment_len: int = 32  # T tokens
     first_order: bool = False
     checkpoint_unroll: bool = False
-    # evaluation only: run the meta-learner's element-wise update as one torch.compile'd kernel
-    # (compiled on first use, ~10-40 s on a CPU, needs a C++ compiler; ~6x faster update)
+    # evaluation only: run the meta-learner's element-wise update (and, with a fast output layer
+    # only, the softmax gradient) as torch.compile'd kernels (compiled on first use, ~10-40 s on a
+    # CPU, needs a C++ compiler; evaluation ~1.4-1.5x faster than eager, see
+    # benchmarks/results/dynamical_wikitext2.md). Evaluation is fastest in chunks of segment_len
+    # positions (train.bptt_tokens = segment_len): each segment is then one product.
     compile_update: bool = False
 
 
