@@ -61,11 +61,12 @@ segment in one chunk; in sentence lockstep a segment that spans sentences is rea
 each a product with the ``[B, V, H]`` weights (``benchmarks/bench_dynamical_speed.py`` measures both).
 
 Dynamic evaluation of this model (:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on
-top of theta_hat) sets ``graph_at_eval = True`` meanwhile (so the autograd path): the eval-mode logits then keep their graph to theta (the RNN
-state is still detached at every chunk, so that gradient is truncated there, and theta_hat's
-updates are constants to it); what the model computes is unchanged. In training mode each output's
-``extras["gate_stats"]`` holds the mean and std of both gates over the updates of that forward
-(the training loop averages them into its metrics, see :func:`dynlm.training.train_step`).
+top of theta_hat) sets ``graph_at_eval = True`` meanwhile (so the autograd path): the eval-mode
+logits then keep their graph to theta (the RNN state is still detached at every chunk, so that
+gradient is truncated there, and theta_hat's updates are constants to it); what the model computes
+is unchanged. In training mode each output's ``extras["gate_stats"]`` holds the mean and std of
+both gates over the updates of that forward (the training loop averages them into its metrics,
+see :func:`dynlm.training.train_step`).
 """
 
 from __future__ import annotations
