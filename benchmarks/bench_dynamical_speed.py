@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from dynlm.data.batching import ChunkLayout, batch_documents, collate_documents
+from dynlm.data.batching import ChunkLayout, batch_documents
 from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
@@ -61,13 +61,6 @@ def synthetic_rows(spec: VocabSpec, num_docs: int, sentences: int, length: int, 
         rows.append(dict(doc_id=f"d{d}", source_file="bench", num_tokens=n, sentence_lengths=lengths,
                          word_ids=words, entity_ids=[0] * n, subword_ids=[1] * n, subword_lengths=[1] * n))
     return rows
-
-
-def random_batches(spec: VocabSpec, num_docs: int, sentences: int, length: int, batch_size: int, seed: int = 0,
-                   layout: ChunkLayout | None = None):
-    """:func:`synthetic_rows` collated in batches of ``batch_size`` (sentence lockstep by default)."""
-    rows = synthetic_rows(spec, num_docs, sentences, length, seed)
-    return [collate_documents(rows[i:i + batch_size], spec, layout) for i in range(0, num_docs, batch_size)]
 
 
 def wikitext_rows(num_docs: int, vocab_size: int, max_lines: int) -> tuple[VocabSpec, list[dict]]:

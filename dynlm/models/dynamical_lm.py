@@ -289,17 +289,7 @@ class DynamicalLM(nn.Module):
         # _output_layer_nll_and_dlogits): no graph, no backward pass.
         closed_form = (self.closed_form_grad_at_eval and not keep_graph
                        and set(state.fast) <= {"output.weight", "output.bias"})
-        if closed_form:
-            fast = dict(state.fast)  # no autograd on this path
-            pending, output_weight = list(state.pending), state.output_weight
-            if "output.weight" in fast:  # from here on held as the weights in use, theta + theta_hat
-                with torch.no_grad():
-                    output_weight = self.lm.decoder.weight + fast.pop("output.weight")  # [B, V, H]
-        else:
-            if state.output_weight is not None:  # a state of the closed-form path: back to theta_hat and grad
-                state = self._without_closed_form_parts(state)
-            fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
-            pending, output_weight = [], None
+        state, fast, pending, output_weight = self._fast_tensors(state, closed_form)
         lm_state, grad = state.lm, dict(state.grad)
         seg_loss, seg_tokens, seg_pos, unrolled = state.segment_loss, state.segment_tokens, state.segment_pos, state.unrolled
         logits_parts, hidden_parts, gate_stats = [], [], []
@@ -307,29 +297,13 @@ class DynamicalLM(nn.Module):
         while pos < length:
             take = min(self.settings.segment_len - seg_pos, length - pos)
             chunk = slice_columns(batch, pos, pos + take)
-            names = list(fast)
             if closed_form:  # eval, fast output layer only: no autograd at all
-                with torch.no_grad():
-                    logits, hidden, lm_state = self._score(chunk, lm_state, fast, output_weight)
-                    # the chunk's d nll / d logits, kept until the update makes the segment's gradient
-                    nll_and_dlogits = (self._compiled_nll_and_dlogits() if self.settings.compile_update
-                                       else _output_layer_nll_and_dlogits)
-                    nll, dlogits = nll_and_dlogits(logits, chunk.targets, chunk.mask)
-                pending.append((dlogits, hidden))
-                names, grads = [], []  # the gradient is made at the update, from ``pending``
+                logits, hidden, lm_state, nll, dlogits = self._score_closed_form(chunk, lm_state, fast, output_weight)
+                pending.append((dlogits, hidden))  # the segment's gradient is made at the update
             else:
                 logits, hidden, lm_state = self._score(chunk, lm_state, fast)
                 nll = _segment_nll(logits, chunk.targets, chunk.mask)  # [B] summed NLL of the chunk
-                grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
-                                            retain_graph=keep_graph,
-                                            allow_unused=True)
-                if seg_pos > 0:
-                    grads = [g if g is None else grad[name] + g for name, g in zip(names, grads)]
-            for name, g in zip(names, grads):
-                if g is not None:
-                    grad[name] = g
-                elif seg_pos == 0:  # no path reached the tensor: its segment gradient is zero so far
-                    grad[name] = torch.zeros_like(fast[name]).detach()
+                grad = self._add_chunk_grads(nll, fast, grad, seg_pos, create_graph, keep_graph)
             seg_loss = seg_loss + (nll if create_graph else nll.detach())
             seg_tokens = seg_tokens + chunk.mask.sum(dim=1).to(seg_tokens.dtype)
             seg_pos += take
@@ -366,6 +340,50 @@ class DynamicalLM(nn.Module):
         output = LMOutput(logits=torch.cat(logits_parts, dim=1), hidden=torch.cat(hidden_parts, dim=1), extras=extras)
         return output, DynamicalState(lm_state, fast, grad, seg_loss, seg_tokens, seg_pos, unrolled,
                                       tuple(pending), output_weight)
+
+    def _fast_tensors(self, state: DynamicalState, closed_form: bool):
+        """``(state, fast, pending, output_weight)`` that :meth:`forward` starts from.
+
+        On the closed-form path the output weight is held as ``theta + theta_hat`` from here on
+        (taken out of ``fast``); on the autograd path a closed-form state is turned back into
+        theta_hat and ``grad``, and the fast tensors become leaves that require grad.
+        """
+        if closed_form:
+            fast = dict(state.fast)  # no autograd on this path
+            output_weight = state.output_weight
+            if "output.weight" in fast:
+                with torch.no_grad():
+                    output_weight = self.lm.decoder.weight + fast.pop("output.weight")  # [B, V, H]
+            return state, fast, list(state.pending), output_weight
+        if state.output_weight is not None:  # a state of the closed-form path: back to theta_hat and grad
+            state = self._without_closed_form_parts(state)
+        fast = {k: v if v.requires_grad else v.detach().requires_grad_(True) for k, v in state.fast.items()}
+        return state, fast, [], None
+
+    def _score_closed_form(self, chunk, lm_state: RNNState, fast: dict[str, torch.Tensor], output_weight):
+        """One chunk on the closed-form path: logits, hidden, RNN state, summed NLL ``[B]`` and
+        ``d nll / d logits`` ``[B, l, V]`` (kept until the update), all without a graph."""
+        with torch.no_grad():
+            logits, hidden, lm_state = self._score(chunk, lm_state, fast, output_weight)
+            nll_and_dlogits = (self._compiled_nll_and_dlogits() if self.settings.compile_update
+                               else _output_layer_nll_and_dlogits)
+            nll, dlogits = nll_and_dlogits(logits, chunk.targets, chunk.mask)
+        return logits, hidden, lm_state, nll, dlogits
+
+    @staticmethod
+    def _add_chunk_grads(nll, fast, grad, seg_pos: int, create_graph: bool, keep_graph: bool) -> dict:
+        """``grad`` with the chunk's gradient of ``nll.sum()`` w.r.t. every fast tensor added (the
+        autograd path); the segment's first chunk (``seg_pos`` 0) replaces the earlier segment's."""
+        names = list(fast)
+        grads = torch.autograd.grad(nll.sum(), [fast[k] for k in names], create_graph=create_graph,
+                                    retain_graph=keep_graph, allow_unused=True)
+        grad = dict(grad)
+        for name, g in zip(names, grads):
+            if g is not None:
+                grad[name] = g if seg_pos == 0 else grad[name] + g
+            elif seg_pos == 0:  # no path reached the tensor: its segment gradient is zero so far
+                grad[name] = torch.zeros_like(fast[name]).detach()
+        return grad
 
     def _update(self, fast, grad, seg_loss, seg_tokens, gate_stats: list | None,
                 output_weight: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:

@@ -95,3 +95,30 @@ def test_shape_mismatch_is_an_error():
         MetaLearner(0)(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2), torch.ones(4))
     with pytest.raises(ValueError, match="hidden_dim"):
         MetaLearner(-1)
+
+
+@pytest.mark.parametrize("hidden_dim", [0, 4])
+@pytest.mark.parametrize("lam, decays", [(0.0, False), (0.1, True)])
+def test_updated_into_writes_updated_into_the_gradient_buffer(hidden_dim, lam, decays):
+    """Evaluation's in-place update (the lean branch: linear gates, no decay) gives ``updated``'s
+    weights, also for steps below exp(-p) (the linear branch of the preprocessing), and with
+    ``weights = static + fast`` it gives ``static + updated``; the result is ``grad``'s buffer.
+    In float64, and compared as changes to ``fast``, so that the tiny steps' changes count."""
+    g = torch.Generator().manual_seed(5)
+    grad, fast = torch.randn(2, 3, 4, generator=g).double(), torch.randn(2, 3, 4, generator=g).double()
+    grad[0, 0] = torch.tensor([1e-7, -1e-6, 0.0, 3e-6])  # |grad / denominator| < exp(-10)
+    loss, static = torch.tensor([1.0, 2.0]).double(), torch.randn(3, 4, generator=g).double()
+    prior = _prior((3, 4), seed=6)
+    prior = UpdatePrior(prior.denominator.double(), prior.decay_rate.double())
+    torch.manual_seed(0)
+    learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5).double()
+    expected = learner.updated(fast, grad, loss, prior, decays)
+    buffer = grad.clone()
+    with torch.no_grad():
+        result = learner.updated_into(buffer, fast, loss, prior, decays)
+    assert result.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(result - fast, expected - fast, rtol=1e-9, atol=1e-15)
+    buffer = grad.clone()
+    with torch.no_grad():
+        in_use = learner.updated_into(buffer, fast, loss, prior, decays, weights=static + fast)
+    torch.testing.assert_close(in_use - (static + fast), expected - fast, rtol=1e-9, atol=1e-14)
