@@ -273,9 +273,11 @@ def train_fn_per_worker(config: dict) -> dict | None:
         return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
                                    seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows, layout=layout)
 
+    valid_layout = task.evaluation_layout(job.model) or layout  # the dynamical LM: segments (batch-independent)
+
     def valid_batches():  # small: every rank streams it and evaluates its rows (no Ray Dataset)
         rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
-        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=layout)
+        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=valid_layout)
 
     def on_epoch(epoch: int, record: dict) -> None:
         # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so

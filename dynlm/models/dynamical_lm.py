@@ -56,9 +56,13 @@ evaluation takes the closed-form path (no autograd at all):
   and the update writes the new weights into the buffer of the segment's gradient (no new
   ``[B, V, H]`` tensor per segment). :meth:`DynamicalLM.theta_hat` gives theta_hat back.
 
-A chunk layout whose chunks are ``segment_len`` positions (``train.bptt_tokens``) reads each
-segment in one chunk; in sentence lockstep a segment that spans sentences is read in several,
-each a product with the ``[B, V, H]`` weights (``benchmarks/bench_dynamical_speed.py`` measures both).
+Segments are counted in columns of the batch (``state.segment_pos`` is one number for all rows).
+A chunk layout whose chunks are ``segment_len`` positions reads each segment in one chunk, and a
+document's segments are then its own ``segment_len`` tokens, as when it is read alone (what
+:meth:`dynlm.tasks.lm.LMTask.evaluation_layout` makes evaluation use). In sentence lockstep a segment
+that spans sentences is read in several chunks, each a product with the ``[B, V, H]`` weights
+(``benchmarks/bench_dynamical_speed.py`` measures both), and padded columns of a short sentence
+count towards the segment of its row.
 
 Dynamic evaluation of this model (:func:`dynlm.dynamic_eval.dynamic_scores`, adapting theta on
 top of theta_hat) sets ``graph_at_eval = True`` meanwhile (so the autograd path): the eval-mode

@@ -147,6 +147,13 @@ class Task(ABC):
         runner; default None: the task has one layout). The LM: sentence lockstep or chunks."""
         return None
 
+    def evaluation_layout(self, model_cfg) -> Any:
+        """The layout a model of ``model_cfg`` must be evaluated in (``dynlm evaluate``, validation
+        during training), passed as ``layout`` to :meth:`batches`; None (the default): every layout
+        gives the same metrics (evaluation then reads the default layout, validation the
+        training layout)."""
+        return None
+
     def steps_per_batch(self, batch, train_cfg) -> int:
         """Optimizer steps ``train_step`` takes on ``batch`` (the cosine schedule's length)."""
         return 1

@@ -99,6 +99,19 @@ class LMTask(Task):
         return batching.ChunkLayout(train_cfg.bptt_tokens, whole_sentences=needs_whole_sentences(model_cfg),
                                     pack_documents=train_cfg.pack_documents and supports_packed_documents(model_cfg))
 
+    def evaluation_layout(self, model_cfg: ModelConfig) -> batching.ChunkLayout | None:
+        """The meta-learned dynamical LM: chunks of one segment (``segment_len`` positions). Its fast
+        weights are updated every ``segment_len`` columns of a batch; in these chunks a column is a
+        position of each document, so a document's segments are its own ``segment_len`` tokens,
+        as when it is read alone, whatever else is in the batch. In sentence lockstep the columns
+        of a padded sentence count too, so the metrics would depend on the batch's other
+        documents; it is also about 2x slower on WikiText-2 (each segment spans several sentence
+        steps; benchmarks/results/dynamical_wikitext2.md). Every other model: None (any layout
+        gives the same metrics)."""
+        if model_cfg.type != "dynamical":
+            return None
+        return batching.ChunkLayout(model_cfg.dynamical.segment_len)
+
     def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0, layout=None):
         return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed, layout=layout)
 

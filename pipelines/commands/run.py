@@ -105,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
         model_uri, label = model_to_evaluate(job, uri, training)
     else:  # run.register=false: the best checkpoint
         model_uri, label = training.best_checkpoint_dir, "best checkpoint (not registered)"
-    task, model, _model_cfg, spec, preprocessor = load_any_model(model_uri, uri)
+    task, model, model_cfg, spec, preprocessor = load_any_model(model_uri, uri)
     open_prepared(str(prepared.root), spec, preprocessor)  # same encoding, else a clear error
     rows = list(prepared.iter_rows("test"))
     split = "test"
     if not rows:
         rows, split = list(prepared.iter_rows("valid")), "valid (the test split is empty)"
-    metrics = evaluate_rows(task, model, spec, rows, job.train.batch_size)
+    metrics = evaluate_rows(task, model, model_cfg, spec, rows, job.train.batch_size)
     print()
     print(task.metric_table(metrics, f"{model_uri} [{label}] on the {split} split"))
 

@@ -110,3 +110,32 @@ def test_steps_per_epoch_counts_the_steps_the_batches_take(prepared, bptt_tokens
     assert task.steps_per_epoch(local, train_cfg, 1, layout=layout) == expected
     if layout is not None:
         assert expected == sum(len(batch.sentences) for batch in batches)
+
+
+@pytest.mark.parametrize("model_type", ["rnn", "dntm", "dynamical"])
+def test_evaluation_reads_a_dynamical_lm_in_segments_as_documents_read_alone(model_type, tiny_spec, random_rows):
+    """The evaluation layout: chunks of one segment for the meta-learned LM, whose metrics on a
+    batch of documents are then those of each document read alone (in lockstep, where padded
+    columns count towards a segment, they are not); None for the others."""
+    from dynlm.data.batching import ChunkLayout
+    from dynlm.models import build_model
+    from dynlm.models.dynamical_lm import dynamical_lm_small
+
+    task = get_task("lm")
+    cfg = dynamical_lm_small(embed_dim=16, hidden_dim=16, dynamical={"segment_len": 5}) if model_type == "dynamical" \
+        else rnn_lm_small(type=model_type, embed_dim=16, hidden_dim=16)
+    layout = task.evaluation_layout(cfg)
+    if model_type != "dynamical":
+        assert layout is None
+        return
+    assert layout == ChunkLayout(5)
+    torch.manual_seed(0)
+    model = build_model(cfg, tiny_spec).double()  # float64: the differences below are not rounding
+    rows = random_rows(7, seed=4, max_sentences=6)  # ragged sentences of 1..8 tokens: segments cross them
+    batched = task.evaluate(model, task.batches(rows, tiny_spec, 3, seed=None, layout=layout))
+    alone = task.evaluate(model, task.batches(rows, tiny_spec, 1, seed=None, layout=layout))
+    lockstep = task.evaluate(model, task.batches(rows, tiny_spec, 3, seed=None))
+    assert batched.keys() == alone.keys()
+    for key, value in alone.items():
+        assert batched[key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+    assert abs(lockstep["ppl"] / alone["ppl"] - 1) > 1e-6
