@@ -194,11 +194,10 @@ def validation_rows(validation: str, task, preprocessor, data_cfg) -> list[dict]
     return rows
 
 
-def validation_ppl(task, model, spec, rows: list[dict], batch_size: int) -> float:
-    """The task's primary metric of ``model`` on encoded rows (deterministic batch order)."""
+def validation_ppl(task, model, model_cfg, spec, rows: list[dict], batch_size: int) -> float:
+    """The task's primary metric of ``model`` on encoded rows, read as ``dynlm evaluate`` reads them."""
     model.eval()
-    batches = task.batches(rows, spec, batch_size, sort_by_length=True, seed=0)
-    return float(task.evaluate(model, batches)[task.primary_metric])
+    return float(task.evaluate_documents(model, model_cfg, rows, spec, batch_size)[task.primary_metric])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,13 +322,13 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
         f"({prepared.num_documents('train')} train documents, init_from={cfg.init_from})")
     trained = run_training(job, prepared, parent_run_id=run_id)
 
-    challenger, _, challenger_spec, _ = dynlm_checkpoint.load(
+    challenger, challenger_cfg, challenger_spec, _ = dynlm_checkpoint.load(
         find_checkpoint_file(trained.best_checkpoint_dir))
     val_hash = validation_hash(cfg.validation, job.data)
-    champion_ppl = validation_ppl(task, champion_model, champion_spec,
+    champion_ppl = validation_ppl(task, champion_model, champion_cfg, champion_spec,
                                   validation_rows(cfg.validation, task, champion_pre, job.data),
                                   cfg.validation_batch_size)
-    challenger_ppl = validation_ppl(task, challenger, challenger_spec,
+    challenger_ppl = validation_ppl(task, challenger, challenger_cfg, challenger_spec,
                                     validation_rows(cfg.validation, task, prepared.preprocessor, job.data),
                                     cfg.validation_batch_size)
     tracking.set_tags(run_id, {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),

@@ -228,6 +228,16 @@ class Task(ABC):
     def evaluate(self, model, batches: Iterable[Any]) -> dict:
         """``metrics().compute()`` over ``batches``: ``loss``, ``primary_metric``, ``tokens`` and raw sums."""
 
+    def evaluate_documents(self, model, model_cfg, rows: list[dict], spec, batch_size: int) -> dict:
+        """:meth:`evaluate` of ``model`` on encoded ``rows`` in order, in the layout
+        :meth:`evaluation_layout` gives for ``model_cfg`` (``dynlm evaluate``, the run's final
+        evaluation and retraining's champion-challenger comparison all read documents this way)."""
+        if not rows:
+            raise ValueError("no documents to evaluate")
+        layout = self.evaluation_layout(model_cfg)
+        extra = {} if layout is None else {"layout": layout}  # a task with one layout need not take it
+        return self.evaluate(model, self.batches(rows, spec, batch_size, sort_by_length=True, seed=None, **extra))
+
     # ----------------------------------------------------------------------------- serving
     # What a served model (``mlflow models serve``, the pyfunc in pipelines/pyfunc_model.py)
     # reads and answers: ``(column, type)`` pairs, type one of SERVING_TYPES; every input

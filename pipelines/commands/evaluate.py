@@ -144,14 +144,6 @@ def rejected_report(rows: list[dict], rejected: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def evaluate_rows(task, model, model_cfg, spec, rows: list[dict], batch_size: int) -> dict:
-    """``task.metrics`` of ``model`` on ``rows``, in the task's evaluation layout for the model."""
-    if not rows:
-        raise ValueError("no documents to evaluate")
-    layout = task.evaluation_layout(model_cfg)
-    return task.evaluate(model, task.batches(rows, spec, batch_size, sort_by_length=True, seed=None, layout=layout))
-
-
 def _eta(text: str) -> float | str:
     """``--eta``: a non-negative float or ``auto``."""
     if text == "auto":
@@ -233,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         rows, rejected = raw_rows(task, args.data, preprocessor, args)
         source = f"{len(args.data)} path(s), {len(rows)} documents"
         print(rejected_report(rows, rejected), file=sys.stderr)
-    metrics = evaluate_rows(task, torch_model, model_cfg, spec, rows, args.batch_size)
+    metrics = task.evaluate_documents(torch_model, model_cfg, rows, spec, args.batch_size)
     print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"))
 
     if args.dynamic_eval:

@@ -75,7 +75,7 @@ def model_to_evaluate(job, uri: str, training) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     from dynlm.promotion import registered_name
     from pipelines import console, tracking
-    from pipelines.commands.evaluate import evaluate_rows, load_any_model, open_prepared
+    from pipelines.commands.evaluate import load_any_model, open_prepared
     from pipelines.defaults import load_job
     from pipelines.prepare import prepare
     from pipelines.ray_env import init_ray
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     split = "test"
     if not rows:
         rows, split = list(prepared.iter_rows("valid")), "valid (the test split is empty)"
-    metrics = evaluate_rows(task, model, model_cfg, spec, rows, job.train.batch_size)
+    metrics = task.evaluate_documents(model, model_cfg, rows, spec, job.train.batch_size)
     print()
     print(task.metric_table(metrics, f"{model_uri} [{label}] on the {split} split"))
 

@@ -68,6 +68,11 @@ def test_char_task_trains_and_its_metrics_reduce_across_ranks(synth_files):
     after = task.evaluate(model, task.batches(valid, spec, 4))
     assert after[task.primary_metric] < 0.6 * before[task.primary_metric]
 
+    # the runner's evaluation (dynlm evaluate, run, retrain): a task with one layout takes no ``layout``
+    assert task.evaluate_documents(model, CharModelConfig(), valid, spec, 4) == pytest.approx(after, rel=1e-6)
+    with pytest.raises(ValueError, match="no documents to evaluate"):
+        task.evaluate_documents(model, CharModelConfig(), [], spec, 4)
+
     halves = [task.evaluate(model, task.batches(part, spec, 4)) for part in (valid[:2], valid[2:])]
     summed = task.metrics.from_tensor(sum(task.metrics.from_metrics(h).as_tensor() for h in halves))  # all-reduce
     assert summed.compute() == pytest.approx(after, rel=1e-6)  # float32 NLL, batched differently
