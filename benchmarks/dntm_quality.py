@@ -12,14 +12,20 @@ entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exa
   constant lr, no resets), then scored exactly like the others;
 * ``rnn + dynamic evaluation``: eta, lambda picked on the validation documents
   (``dynlm.dynamic_eval.choose_dynamic_eval``, gradient statistics from the train documents);
-* ``dntm`` input / output / both (GRU merge), both with the new-entity score, with the gate on
-  the dynamic scores, and with both; the best DNTM row again with dynamic evaluation.
+* ``dntm`` input / output / both (GRU merge), both with the new-entity score (added to the
+  static logit of ``<unk{n+1}>``, or, "new-entity logit", in its place), with the gate on the
+  dynamic scores, and with both; the best DNTM row again with dynamic evaluation
+  (``--no-dynamic-eval``: without the dynamic-evaluation rows).
+
+Every dynlm row prints its validation metrics by epoch (the weights of the best epoch overall
+are the ones scored).
 
 Usage (LitBank from ../shared/data; about 15 CPU-minutes at the defaults, 1 thread; the report:
 benchmarks/results/dntm_quality.md)::
 
     python benchmarks/dntm_quality.py
-    python benchmarks/dntm_quality.py --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 --max-sentences 0
+    python benchmarks/dntm_quality.py --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 \
+        --max-sentences 0 --vocab-size 10000 --dropout 0.3 --batch-size 16   # the issue's size: ~10 min a row
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ DNTM_ROWS = {  # row name -> model.dntm settings
     "dntm output": {"dynamic": "output"},
     "dntm both": {"dynamic": "both"},
     "dntm both + new-entity score": {"dynamic": "both", "new_entity_score": True},
+    "dntm both + new-entity logit": {"dynamic": "both", "new_entity_score": True, "new_entity_replaces_static": True},
     "dntm both + gate": {"dynamic": "both", "gate_dynamic_scores": True},
     "dntm both + new-entity score + gate": {"dynamic": "both", "new_entity_score": True, "gate_dynamic_scores": True},
 }
@@ -76,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a folder of CoNLL-2012 *.conll files of other genres (e.g. OntoNotes): every "
                              "model is also scored on all of its documents (encoded with the LitBank vocabulary)")
     parser.add_argument("--rows", default="", help="comma list of row names to run (default: all)")
+    parser.add_argument("--dynamic-eval", action=argparse.BooleanOptionalAction, default=True,
+                        help="add the dynamic-evaluation rows of rnn and of the best DNTM row run")
     parser.add_argument("--threads", type=int, default=1)
     return parser.parse_args(argv)
 
@@ -96,8 +105,11 @@ def train_dynlm(args, spec, rows, dntm: dict):
     model = build_model(model_config(args, dntm), spec)
     cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
                       grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
-    fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-        lambda: _batches(rows["valid"], spec, args, None), cfg)
+    result = fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
+                 lambda: _batches(rows["valid"], spec, args, None), cfg)
+    history = result["history"]
+    by_epoch = {key: [round(r[f"valid_{key}"], 2) for r in history] for key, _ in METRICS}
+    print(f"  valid by epoch: {by_epoch}, best epoch {result['best_epoch']} (its weights are kept)", flush=True)
     return model
 
 
@@ -204,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         run(name, lambda dntm=dntm: train_dynlm(args, spec, rows, dntm))
     dntm_rows = [(n, r) for n, r in results if n.startswith("dntm")]  # the best DNTM overall gets dynamic evaluation
     best_dntm = min(dntm_rows, key=lambda nr: nr[1]["ppl"])[0] if dntm_rows else None
-    for base in ("rnn", best_dntm):
+    for base in ("rnn", best_dntm) if args.dynamic_eval else ():
         if base is None or base not in models:
             continue
         since = time.perf_counter()
@@ -221,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Data: {len(rows['train'])}/{len(rows['valid'])}/{len(rows['test'])} train/valid/test LitBank documents "
         f"({stats['train_tokens']}/{stats['valid_tokens']}/{stats['test_tokens']} tokens; split seed {args.split_seed}, "
         f"first {args.max_sentences or 'all'} sentences, max_chains {args.max_chains}), vocab {spec.num_words}. "
-        f"Test target counts {counts}. Model 1 x {args.hidden_dim} LSTM, embed {args.embed_dim}, dropout "
+        f"Test target counts {counts}. Model {args.num_layers} x {args.hidden_dim} LSTM, embed {args.embed_dim}, dropout "
         f"{args.dropout}; {args.epochs} epochs, lr {args.lr}; dynlm rows: {args.lr_schedule} schedule, batch {args.batch_size} documents, BPTT "
         f"{args.bptt_sentences} sentences; plain stream: {args.stream_batch} x {args.stream_bptt} tokens. "
         f"{args.threads} thread(s), {(time.perf_counter() - started) / 60:.1f} min.",

@@ -35,7 +35,8 @@ model:
   dntm:
     dynamic: both
     merge_fn: gru
-    new_entity_score: true     # first mentions: benchmarks/results/dntm_quality.md
+    new_entity_score: true           # the new-entity logit: first mentions and re-appearing entities
+    new_entity_replaces_static: true # at every seed of this size (benchmarks/results/dntm_quality.md)
 train:
   lr: 0.003
   epochs: 4

@@ -22,6 +22,9 @@ class DNTMSettings(Config):
     context_hidden_dim: int = 0  # BiRNN context encoder size; 0: same as hidden_dim
     # a learned score for "a new chain comes next", on <unk{n+1}> only (dynlm.modules.new_entity_score)
     new_entity_score: bool = False
+    # with new_entity_score: the logit of <unk{n+1}> is the score plus a learned bias per n alone,
+    # without the static output vector of <unk{n+1}> (which then scores only re-mentions of its chain)
+    new_entity_replaces_static: bool = False
     # sigmoid(w . h + b) scaling the dynamic entity scores per position (dynlm.modules.score_gate;
     # output dynamics only)
     gate_dynamic_scores: bool = False
@@ -46,8 +49,8 @@ class DynamicalSettings(Config):
     # evaluation only: run the meta-learner's element-wise update (and, with a fast output layer
     # only, the softmax gradient) as torch.compile'd kernels (compiled on first use, ~10-40 s on a
     # CPU, needs a C++ compiler; evaluation ~1.4-1.5x faster than eager, see
-    # benchmarks/results/dynamical_wikitext2.md). Evaluation is fastest in chunks of segment_len
-    # positions (train.bptt_tokens = segment_len): each segment is then one product.
+    # benchmarks/results/dynamical_wikitext2.md). `dynlm evaluate` and validation read the model in
+    # chunks of segment_len positions (LMTask.evaluation_layout): each segment is then one product.
     compile_update: bool = False
 
 
@@ -84,6 +87,8 @@ class ModelConfig(Config):
         if self.dntm.gate_dynamic_scores and self.dntm.dynamic not in ("output", "both"):
             raise ConfigError(f"model.dntm.gate_dynamic_scores gates the output dynamics; "
                               f"model.dntm.dynamic is {self.dntm.dynamic!r}")
+        if self.dntm.new_entity_replaces_static and not self.dntm.new_entity_score:
+            raise ConfigError("model.dntm.new_entity_replaces_static needs model.dntm.new_entity_score")
         bad = set(self.dynamical.fast_params) - {"output", "embedding", "recurrent"}
         if bad:
             raise ConfigError(f"model.dynamical.fast_params: unknown {sorted(bad)}")

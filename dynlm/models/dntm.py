@@ -8,7 +8,8 @@ reused as is (embedding, recurrent layers, output layer); the DNTM adds
 * output dynamics: y_e = W_dy d_e + b^y_e   (b^y_e: the static output vector of ``<unk{e}>``),
   i.e. the logit of e gets ``h . W_dy d_e`` on top of the baseline logit;
 * optionally (``new_entity_score``) a learned score for "a new chain comes next" on the one
-  identifier a new chain can take (:mod:`dynlm.modules.new_entity_score`), and
+  identifier a new chain can take (:mod:`dynlm.modules.new_entity_score`; with
+  ``new_entity_replaces_static`` it is that identifier's whole logit), and
   (``gate_dynamic_scores``) a per-position gate on the dynamic scores (:mod:`dynlm.modules.score_gate`);
 * after each sentence, a context encoder (:mod:`dynlm.modules.context_encoder`) gives a context
   vector d'_e for every mention, merged into d_e in sentence order
@@ -122,7 +123,7 @@ class DNTM(nn.Module):
             if settings.gate_dynamic_scores:
                 self.score_gate = ScoreGate(cfg.hidden_dim)
         if settings.new_entity_score:
-            self.new_entity = NewEntityScore(cfg.hidden_dim)
+            self.new_entity = NewEntityScore(cfg.hidden_dim, settings.new_entity_replaces_static, spec.num_entities)
         if settings.dynamic != "none":
             self.context_encoder = ContextEncoder(
                 ContextEncoderConfig(

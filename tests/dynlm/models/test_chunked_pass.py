@@ -22,7 +22,8 @@ TINY_SPEC = VocabSpec(num_words=20, num_entities=3, shortlist_size=15, num_subwo
 
 DNTM_CASES = [dict(dynamic=d, merge_fn=m) for d in ("input", "output", "both") for m in ("max", "gru", "gru_relu", "latest", "attention")]
 DNTM_CASES += [dict(dynamic="both", merge_fn="gru", new_entity_score=True, gate_dynamic_scores=True),
-               dict(dynamic="output", merge_fn="latest", new_entity_score=True)]
+               dict(dynamic="output", merge_fn="latest", new_entity_score=True),
+               dict(dynamic="both", merge_fn="max", new_entity_score=True, new_entity_replaces_static=True)]
 CASES = [dict(type="rnn"), dict(type="rnn", backbone="gru")] + [dict(type="dntm", dntm=case) for case in DNTM_CASES]
 
 

@@ -203,3 +203,10 @@ def test_the_gate_needs_output_dynamics():
 
     with pytest.raises(ConfigError, match="gate_dynamic_scores"):
         dntm_small(dntm={"dynamic": "input", "gate_dynamic_scores": True})
+
+
+def test_the_new_entity_logit_needs_the_new_entity_score():
+    from dynlm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="new_entity_replaces_static"):
+        dntm_small(dntm={"dynamic": "both", "new_entity_replaces_static": True})
