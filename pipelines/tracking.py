@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -218,12 +219,19 @@ def log_text(run_id: str, text: str, path: str, *, tracking_uri: str | None = No
     _client(tracking_uri).log_text(run_id, text, path)
 
 
+# matplotlib is not thread-safe: two runs finishing at once in one process (two retrains in
+# threads) broke its mathtext parser while both drew log-scale tick labels. Figures are built
+# and rendered under this lock (re-entrant: log_figure takes it inside a drawing block too).
+FIGURE_LOCK = threading.RLock()
+
+
 def log_figure(run_id: str, figure, path: str, *, tracking_uri: str | None = None) -> None:
     """Log a Matplotlib figure as the artifact ``path`` (``*.png``) and close it."""
-    try:
-        _client(tracking_uri).log_figure(run_id, figure, path)
-    finally:
-        figures.pyplot().close(figure)
+    with FIGURE_LOCK:
+        try:
+            _client(tracking_uri).log_figure(run_id, figure, path)
+        finally:
+            figures.pyplot().close(figure)
 
 
 def end_run(run_id: str, status: str = "FINISHED", *, tags: dict[str, Any] | None = None,
@@ -349,15 +357,16 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     from dynlm import checkpoint
 
     uri = _uri(tracking_uri)
-    if history:
-        log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+    with FIGURE_LOCK:  # drawn and rendered by one thread at a time
+        if history:
+            log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+        for name, figure in figures.best_epoch_figures(history, prepared.manifest["task"]).items():
+            log_figure(run_id, figure, name, tracking_uri=uri)
     log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)
     valid = [row["valid_objective"] for row in history if "valid_objective" in row]
     final = {"epochs_completed": len(history)}
     if valid:
         final["best_valid_objective"] = min(valid)
-    for name, figure in figures.best_epoch_figures(history, prepared.manifest["task"]).items():
-        log_figure(run_id, figure, name, tracking_uri=uri)
     log_metrics(run_id, final, step=len(history), tracking_uri=uri)
 
     loaded = checkpoint.load_checkpoint(checkpoint_folder.find_checkpoint_file(checkpoint_dir))

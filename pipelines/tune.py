@@ -431,5 +431,6 @@ def log_results(parent_run_id: str, trials: list[TrialSummary], keys: list[str],
     from pipelines import tracking
 
     tracking.log_text(parent_run_id, results_csv(trials, keys), RESULTS_CSV, tracking_uri=uri)
-    tracking.log_figure(parent_run_id, results_figure(trials, base, keys), RESULTS_PNG, tracking_uri=uri)
+    with tracking.FIGURE_LOCK:  # matplotlib is not thread-safe
+        tracking.log_figure(parent_run_id, results_figure(trials, base, keys), RESULTS_PNG, tracking_uri=uri)
     return {"csv": RESULTS_CSV, "png": RESULTS_PNG}
