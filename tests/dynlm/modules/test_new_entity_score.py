@@ -45,9 +45,11 @@ def test_replace_static_puts_the_score_in_place_of_the_next_new_chains_logit():
 
 
 def test_replace_static_sends_a_first_mentions_gradient_to_the_score_only():
+    torch.manual_seed(0)
     module = NewEntityScore(hidden_dim=3, replace_static=True, num_entities=4)
-    logits = torch.randn(1, 2, 6, requires_grad=True)
-    hidden = torch.randn(1, 2, 3)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 2, 6, generator=generator).requires_grad_()
+    hidden = torch.randn(1, 2, 3, generator=generator)
     out = module(logits, hidden, torch.tensor([[1, 2]]), entity_offset=2)
     torch.log_softmax(out, -1)[0, :, 3].sum().backward()  # target <unk2> at position 0: a first mention
     assert logits.grad[0, 0, 3] == 0  # the static logit of the new chain gets no gradient
