@@ -14,7 +14,9 @@ entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exa
   (``dynlm.dynamic_eval.choose_dynamic_eval``, gradient statistics from the train documents);
 * ``dntm`` input / output / both (GRU merge), both with the new-entity score (added to the
   static logit of ``<unk{n+1}>``, or, "new-entity logit", in its place), with the gate on the
-  dynamic scores, and with both; the best DNTM row again with dynamic evaluation
+  dynamic scores, and with both; "entity class": the factored output of
+  ``model.entity_class_output`` (P(an entity next) from its own logit, then which entity), also
+  for ``rnn``; the best DNTM row again with dynamic evaluation
   (``--no-dynamic-eval``: without the dynamic-evaluation rows).
 
 Every dynlm row prints its validation metrics by epoch (the weights of the best epoch overall
@@ -31,6 +33,7 @@ benchmarks/results/dntm_quality.md)::
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import shlex
 import sys
@@ -47,9 +50,10 @@ from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_
 from dynlm.losses import token_nll  # noqa: E402
 from dynlm.models import build_model  # noqa: E402
 from dynlm.models.config import ModelConfig  # noqa: E402
-from dynlm.training import TrainConfig, evaluate, fit  # noqa: E402
+from dynlm.training import FitHooks, TrainConfig, evaluate, fit  # noqa: E402
 
-DNTM_ROWS = {  # row name -> model.dntm settings
+ENTITY_CLASS = "entity_class_output"  # a model-level setting a row may add to its model.dntm settings
+DNTM_ROWS = {  # row name -> model.dntm settings (+ ENTITY_CLASS: model.entity_class_output)
     "rnn + new-entity score": {"dynamic": "none", "new_entity_score": True},
     "dntm input": {"dynamic": "input"},
     "dntm output": {"dynamic": "output"},
@@ -58,6 +62,10 @@ DNTM_ROWS = {  # row name -> model.dntm settings
     "dntm both + new-entity logit": {"dynamic": "both", "new_entity_score": True, "new_entity_replaces_static": True},
     "dntm both + gate": {"dynamic": "both", "gate_dynamic_scores": True},
     "dntm both + new-entity score + gate": {"dynamic": "both", "new_entity_score": True, "gate_dynamic_scores": True},
+    "rnn + entity class": {"dynamic": "none", ENTITY_CLASS: True},
+    "dntm both + entity class": {"dynamic": "both", ENTITY_CLASS: True},
+    "dntm both + new-entity logit + entity class": {"dynamic": "both", "new_entity_score": True,
+                                                    "new_entity_replaces_static": True, ENTITY_CLASS: True},
 }
 DYNAMIC_EVAL_ETAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 DYNAMIC_EVAL_LAMBDAS = (0.0, 2e-3, 2e-2)
@@ -79,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"), help="dynlm rows")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ema-decay", type=float, default=0.0,
+                        help="dynlm rows: validate and test an exponential moving average of the weights "
+                             "(updated after every optimizer step; 0: the weights themselves)")
     parser.add_argument("--ood-dir", type=Path, default=None,
                         help="a folder of CoNLL-2012 *.conll files of other genres (e.g. OntoNotes): every "
                              "model is also scored on all of its documents (encoded with the LitBank vocabulary)")
@@ -90,9 +101,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def model_config(args, dntm: dict) -> ModelConfig:
+    dntm = dict(dntm)
+    entity_class = dntm.pop(ENTITY_CLASS, False)
     return ModelConfig.from_dict({
         "type": "dntm", "backbone": "lstm", "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
-        "num_layers": args.num_layers, "dropout": args.dropout, "dntm": {"merge_fn": "gru", **dntm}})
+        "num_layers": args.num_layers, "dropout": args.dropout, ENTITY_CLASS: entity_class,
+        "dntm": {"merge_fn": "gru", **dntm}})
 
 
 def _batches(rows, spec, args, seed):
@@ -105,11 +119,55 @@ def train_dynlm(args, spec, rows, dntm: dict):
     model = build_model(model_config(args, dntm), spec)
     cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
                       grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
+    if args.ema_decay > 0:
+        return _train_with_weight_average(args, spec, rows, model, cfg)
     result = fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
                  lambda: _batches(rows["valid"], spec, args, None), cfg)
     history = result["history"]
     by_epoch = {key: [round(r[f"valid_{key}"], 2) for r in history] for key, _ in METRICS}
     print(f"  valid by epoch: {by_epoch}, best epoch {result['best_epoch']} (its weights are kept)", flush=True)
+    return model
+
+
+def _train_with_weight_average(args, spec, rows, model, cfg):
+    """``fit`` with an exponential moving average of the weights after every optimizer step
+    (decay ``--ema-decay``); validation, the choice of the best epoch and the test read the average."""
+    params = [p for p in model.parameters()]
+    average = [p.detach().clone() for p in params]
+    seen = {"at": (0, 0)}
+
+    def after_step(epoch: int, totals: dict) -> None:
+        if (epoch, totals["steps"]) == seen["at"]:  # the extra call at the end of an epoch
+            return
+        seen["at"] = (epoch, totals["steps"])
+        with torch.no_grad():
+            torch._foreach_lerp_(average, [p.detach() for p in params], 1.0 - args.ema_decay)
+
+    def swap() -> None:
+        with torch.no_grad():
+            for p, a in zip(params, average):
+                held = p.detach().clone()
+                p.copy_(a)
+                a.copy_(held)
+
+    best = {"ppl": math.inf, "epoch": 0, "weights": None, "history": []}
+
+    def on_epoch(epoch: int, record: dict) -> None:
+        swap()  # the model now holds the average
+        valid = evaluate(model, _batches(rows["valid"], spec, args, None))
+        best["history"].append({key: round(valid[key], 2) for key, _ in METRICS})
+        if valid["ppl"] < best["ppl"]:
+            best.update(ppl=valid["ppl"], epoch=epoch, weights=copy.deepcopy(model.state_dict()))
+        swap()
+        model.train()
+
+    fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
+        lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch,
+        hooks=FitHooks(after_step=after_step, restore_best=False))
+    by_epoch = {key: [h[key] for h in best["history"]] for key, _ in METRICS}
+    print(f"  valid by epoch (weight average, decay {args.ema_decay}): {by_epoch}, best epoch {best['epoch']} "
+          "(its averaged weights are kept)", flush=True)
+    model.load_state_dict(best["weights"])
     return model
 
 

@@ -71,6 +71,11 @@ class ModelConfig(Config):
     # -inf logits for <unk{n+2}> and above after n chains (ids follow first appearance; exact):
     # dynlm.modules.entity_mask
     mask_unseen_entities: bool = True
+    # p(entity id) = P(an entity comes next | h) * softmax over the entity ids, the class from its
+    # own logit, so that the scale of the entity scores cannot move the entity mass
+    # (dynlm.modules.entity_class; rnn and dntm). Measured at the issue-18 size it is worse
+    # overall than the joint softmax (benchmarks/results/dntm_quality.md): off by default
+    entity_class_output: bool = False
 
     def validate(self) -> None:
         for name in ("embed_dim", "hidden_dim", "num_layers", "subword_dim"):
@@ -89,6 +94,9 @@ class ModelConfig(Config):
                               f"model.dntm.dynamic is {self.dntm.dynamic!r}")
         if self.dntm.new_entity_replaces_static and not self.dntm.new_entity_score:
             raise ConfigError("model.dntm.new_entity_replaces_static needs model.dntm.new_entity_score")
+        if self.entity_class_output and self.type == "dynamical":
+            raise ConfigError("model.entity_class_output is for rnn and dntm models: the dynamical LM's "
+                              "fast output layer assumes one softmax over h W^T + b")
         bad = set(self.dynamical.fast_params) - {"output", "embedding", "recurrent"}
         if bad:
             raise ConfigError(f"model.dynamical.fast_params: unknown {sorted(bad)}")

@@ -235,7 +235,7 @@ class DNTM(nn.Module):
             entity_logits = entity_logits + entity_scores
         if self.cfg.dntm.new_entity_score:
             entity_logits = self.new_entity(entity_logits, at_real, at_positions(batch.entities_seen, positions), 0)
-        logits = self.lm.join_logits(word_logits, entity_logits, batch, positions)  # [N, V_out], the entity mask applied
+        logits = self.lm.join_logits(word_logits, entity_logits, batch, positions, at_real)  # [N, V_out], the entity mask applied
         return LMOutput(logits=logits, hidden=hidden, positions=positions), DNTMState(rnn_state, entities)
 
     def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, repeats: int):

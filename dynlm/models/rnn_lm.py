@@ -6,8 +6,12 @@ The pieces are public so other models compose them (the DNTM adds entity embeddi
     x = model.input_dropout(model.embed(batch))              # [B, L, E]
     hidden, state = model.run_rnn(x, state, batch.lengths, batch)   # [B, L, H]
     positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] (None: no padding)
-    words, entities = model.word_and_entity_logits(at_positions(model.output_dropout(hidden), positions))
-    logits = model.join_logits(words, entities + extra, batch, positions)  # [N, V_out], entity mask applied
+    dropped = at_positions(model.output_dropout(hidden), positions)  # [N, H]
+    words, entities = model.word_and_entity_logits(dropped)
+    logits = model.join_logits(words, entities + extra, batch, positions, dropped)  # [N, V_out], entity mask applied
+
+(``dropped``: the hidden state the parts were computed from, ``[N, H]``; the factored output of
+``cfg.entity_class_output`` reads it.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists, at_positions, real_positions
+from dynlm.modules.entity_class import EntityClassOutput
 from dynlm.modules.entity_mask import mask_unseen_entities
 from dynlm.modules.locked_dropout import LockedDropout
 from dynlm.modules.subword_embedding import SubwordAugmentedEmbedding
@@ -82,6 +87,8 @@ class RNNLM(nn.Module):
         )
         self.output_dropout = LockedDropout(cfg.dropout)
         self.decoder = nn.Linear(cfg.hidden_dim, spec.output_size)
+        self.entity_class = (EntityClassOutput(cfg.hidden_dim, spec.entity_offset, spec.num_entities)
+                             if cfg.entity_class_output else None)
         if cfg.tie_weights:
             word = self.embedding.word
             if word is None or word.weight.size(1) != cfg.hidden_dim:
@@ -224,11 +231,19 @@ class RNNLM(nn.Module):
                 F.linear(dropped, weight[offset:], bias[offset:]))
 
     def join_logits(self, word_logits: torch.Tensor, entity_logits: torch.Tensor, batch,
-                    positions: torch.Tensor | None = None) -> torch.Tensor:
+                    positions: torch.Tensor | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, L, V_out]`` (or ``[N, V_out]`` at ``positions``) from :meth:`word_and_entity_logits`'
-        parts, the entity mask applied to the entity part (``cfg.mask_unseen_entities``)."""
+        parts, the entity mask applied to the entity part (``cfg.mask_unseen_entities``).
+
+        With ``cfg.entity_class_output`` the result is the factored output's log-probabilities
+        (:mod:`dynlm.modules.entity_class`), read from ``hidden`` (``[B, L, H]`` or ``[N, H]``: what
+        the parts were computed from; required then)."""
         if self.cfg.mask_unseen_entities:
             entity_logits = mask_unseen_entities(entity_logits, at_positions(batch.entities_seen, positions), 0)
+        if self.entity_class is not None:
+            if hidden is None:
+                raise ValueError("RNNLM.join_logits: model.entity_class_output needs the hidden state")
+            return self.entity_class(word_logits, entity_logits, hidden)
         return torch.cat([word_logits, entity_logits], dim=-1)
 
     def mask_entities(self, logits: torch.Tensor, batch) -> torch.Tensor:
@@ -258,7 +273,7 @@ class RNNLM(nn.Module):
         hidden, state = self.run_rnn(x, state, batch.lengths, batch)  # [B, L, H]
         positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] or None
         dropped = at_positions(self.output_dropout(hidden), positions)  # [N, H]: no output layer on padding
-        logits = self.join_logits(*self.word_and_entity_logits(dropped), batch, positions)  # [N, V_out]
+        logits = self.join_logits(*self.word_and_entity_logits(dropped), batch, positions, dropped)  # [N, V_out]
         return LMOutput(logits=logits, hidden=hidden, positions=positions), state
 
 

@@ -210,3 +210,30 @@ def test_the_new_entity_logit_needs_the_new_entity_score():
 
     with pytest.raises(ConfigError, match="new_entity_replaces_static"):
         dntm_small(dntm={"dynamic": "both", "new_entity_replaces_static": True})
+
+
+def test_the_factored_entity_output_is_not_for_the_dynamical_lm():
+    from dynlm.config import ConfigError
+    from dynlm.models.dynamical_lm import dynamical_lm_small
+
+    with pytest.raises(ConfigError, match="entity_class_output"):
+        dynamical_lm_small(entity_class_output=True)
+
+
+def test_with_the_factored_output_the_entity_mass_is_the_class_probability(tiny_spec, random_rows):
+    """At every real position of a DNTM with output dynamics, the probability of all entity ids
+    together is sigmoid(u . h + c): the dynamic scores only split it between entities."""
+    torch.manual_seed(0)
+    model = build_model(dntm_small(embed_dim=16, hidden_dim=16, dropout=0.0, entity_class_output=True), tiny_spec)
+    with torch.no_grad():
+        model.lm.entity_class.score.weight.normal_()
+    batch = collate_documents(random_rows(3, seed=5), tiny_spec)
+    model.eval()
+    with torch.no_grad():
+        state = model.init_state(batch.batch_size)
+        for sentence in batch.sentences:
+            output, state = model(sentence, state)
+            log_probs = output.padded_logits()[sentence.mask]  # [N, V_out]
+            entity_mass = log_probs[:, tiny_spec.entity_offset:].logsumexp(-1).exp()
+            expected = torch.sigmoid(model.lm.entity_class.score(output.hidden[sentence.mask])).squeeze(-1)
+            torch.testing.assert_close(entity_mass, expected)

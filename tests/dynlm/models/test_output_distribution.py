@@ -24,6 +24,10 @@ MODEL_CONFIGS = {
     "dntm_both_new_entity_logit": lambda: dntm_small(
         embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True,
                                            "new_entity_replaces_static": True}),
+    "rnn_entity_class": lambda: rnn_lm_small(embed_dim=16, hidden_dim=16, entity_class_output=True),
+    "dntm_both_new_entity_logit_entity_class": lambda: dntm_small(
+        embed_dim=16, hidden_dim=16, entity_class_output=True,
+        dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True, "new_entity_replaces_static": True}),
     "dynamical": lambda: dynamical_lm_small(embed_dim=16, hidden_dim=16, dynamical={"segment_len": 5}),
 }
 
