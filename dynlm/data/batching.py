@@ -500,6 +500,12 @@ def collate_documents(rows: list[dict], spec: VocabSpec, layout: ChunkLayout | N
     return DocumentBatch(steps, doc_ids, num_tokens, num_positions - num_tokens, layout)
 
 
+# batch_documents with sort_by_length and a seed sorts by size times a random factor in
+# [1 - SIZE_JITTER, 1 + SIZE_JITTER]: without it the same documents form the same batches every
+# epoch (only the order of the batches changed), and an epoch always ended on one of a few fixed
+# groups, whose last optimizer steps the weights then follow (benchmarks/results/dntm_quality.md).
+SIZE_JITTER = 0.1
+
 # With ChunkLayout.pack_documents, batch_documents packs this many batches' worth of documents into
 # one batch of batch_size rows: enough documents a row that the rows end close together.
 PACKED_GROUP_BATCHES = 16
@@ -539,9 +545,11 @@ def batch_documents(
         spec: the vocabulary spec.
         batch_size: documents per batch.
         sort_by_length: batch documents of similar length (number of sentences, then tokens)
-            together to limit padding; the order of the batches is then shuffled.
-        seed: shuffling seed (documents when not sorting, batches when sorting); None keeps
-            the order (sorted, or as given).
+            together to limit padding; with a seed the sizes are jittered by up to
+            ``SIZE_JITTER`` (so the groups change from seed to seed) and the order of the batches
+            is shuffled.
+        seed: shuffling seed (documents when not sorting; size jitter and batches when sorting);
+            None keeps the order (sorted exactly, or as given).
         layout: the steps' layout (:func:`collate_documents`); sorting is by steps, then tokens.
             With ``layout.pack_documents``: groups of ``PACKED_GROUP_BATCHES * batch_size``
             documents (ordered by source file and id, then shuffled when ``seed`` is not None:
@@ -565,7 +573,12 @@ def batch_documents(
         for start in range(0, len(rows), group):
             yield collate_documents(rows[start : start + group], spec, layout, num_rows=batch_size)
         return
-    if sort_by_length:
+    if sort_by_length and seed is not None:
+        # similar sizes, but not the same groups every epoch: sorted by the size times a random
+        # factor in [1 - SIZE_JITTER, 1 + SIZE_JITTER], neighbours trade places from seed to seed
+        jitter = {id(row): 1.0 + SIZE_JITTER * (2.0 * rng.random() - 1.0) for row in rows}
+        rows.sort(key=lambda row: tuple(size * jitter[id(row)] for size in _doc_size(row, layout)))
+    elif sort_by_length:
         rows.sort(key=lambda row: _doc_size(row, layout))
     elif seed is not None:
         rng.shuffle(rows)

@@ -121,7 +121,10 @@ class LMTask(Task):
     def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout=None) -> int:
         """From the ``sentence_lengths`` column only: documents sorted by steps (sentences, or
         chunks of ``layout``), cut into global batches; each lockstep batch takes the steps of
-        its longest document, ``steps_per_chunk`` of them an optimizer step. With
+        its longest document, ``steps_per_chunk`` of them an optimizer step. (A training epoch
+        sorts by jittered sizes, ``batching.SIZE_JITTER``: its batches mix neighbouring sizes
+        and may take a few steps more than this count, so the cosine schedule may reach its
+        floor a few steps before the end.) With
         ``layout.pack_documents``: each rank's documents (every ``world_size``-th, an estimate of
         Ray's split) packed as :func:`~dynlm.data.batching.batch_documents` packs them."""
         import pyarrow.compute as pc

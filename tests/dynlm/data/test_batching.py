@@ -15,6 +15,7 @@ from dynlm.data.batching import (
     KIND_REAPPEAR_2,
     KIND_REAPPEAR_3_5,
     KIND_REAPPEAR_6_PLUS,
+    SIZE_JITTER,
     ChunkLayout,
     batch_documents,
     chunk_spans,
@@ -147,7 +148,27 @@ def test_batch_documents_shuffle_is_seeded(random_rows, tiny_spec):
     rows = random_rows(12)
     order = lambda seed: [b.doc_ids for b in batch_documents(rows, tiny_spec, 3, seed=seed)]  # noqa: E731
     assert order(1) == order(1)
-    assert sorted(map(tuple, order(1))) == sorted(map(tuple, order(2)))
+    assert sorted(d for b in order(1) for d in b) == sorted(r["doc_id"] for r in rows)
+
+
+def test_sorted_batches_regroup_from_seed_to_seed_among_similar_sizes(make_row, tiny_spec):
+    """Sorting by size alone made the same batches every epoch; with a seed the sizes are
+    jittered by up to SIZE_JITTER, so neighbours trade batches, and far sizes never meet."""
+    sizes = [10, 11, 12, 13, 14, 15, 30, 31, 32, 33, 34, 35]  # sentences per document
+    rows = [make_row(f"d{n}", [[5] * 2] * n) for n in sizes]
+    size = {f"d{n}": n for n in sizes}
+
+    def groups(seed):
+        return sorted(tuple(sorted(b.doc_ids)) for b in batch_documents(rows, tiny_spec, 3, seed=seed))
+
+    assert groups(None) == [("d10", "d11", "d12"), ("d13", "d14", "d15"), ("d30", "d31", "d32"),
+                            ("d33", "d34", "d35")]
+    seen = {tuple(groups(seed)) for seed in range(10)}
+    assert len(seen) > 1  # the groups change with the seed (the epoch)
+    assert 15 * (1 + SIZE_JITTER) < 30 * (1 - SIZE_JITTER)
+    for grouping in seen:  # ... but a batch never mixes the short (10-15) and the long (30-35) documents
+        for group in grouping:
+            assert len({size[d] > 20 for d in group}) == 1
 
 
 def test_rows_from_numpy_arrays(make_row, tiny_spec):
