@@ -576,7 +576,10 @@ def batch_documents(
     if sort_by_length and seed is not None:
         # similar sizes, but not the same groups every epoch: sorted by the size times a random
         # factor in [1 - SIZE_JITTER, 1 + SIZE_JITTER], neighbours trade places from seed to seed
-        jitter = {id(row): 1.0 + SIZE_JITTER * (2.0 * rng.random() - 1.0) for row in rows}
+        # (drawn in an order of the rows' own: a resumed epoch regroups its rows the same way
+        # whatever order a Ray Data shard delivers them in)
+        own_order = sorted(rows, key=lambda row: (str(row.get("source_file", "")), str(row.get("doc_id", ""))))
+        jitter = {id(row): 1.0 + SIZE_JITTER * (2.0 * rng.random() - 1.0) for row in own_order}
         rows.sort(key=lambda row: tuple(size * jitter[id(row)] for size in _doc_size(row, layout)))
     elif sort_by_length:
         rows.sort(key=lambda row: _doc_size(row, layout))

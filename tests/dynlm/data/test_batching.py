@@ -165,6 +165,7 @@ def test_sorted_batches_regroup_from_seed_to_seed_among_similar_sizes(make_row, 
                             ("d33", "d34", "d35")]
     seen = {tuple(groups(seed)) for seed in range(10)}
     assert len(seen) > 1  # the groups change with the seed (the epoch)
+    assert groups(3) == sorted(tuple(sorted(b.doc_ids)) for b in batch_documents(rows[::-1], tiny_spec, 3, seed=3))
     assert 15 * (1 + SIZE_JITTER) < 30 * (1 - SIZE_JITTER)
     for grouping in seen:  # ... but a batch never mixes the short (10-15) and the long (30-35) documents
         for group in grouping:
