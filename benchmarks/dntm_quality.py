@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_dntm import METRICS, REPO, _fmt, add_litbank_args, load_litbank, write_report  # noqa: E402
@@ -131,35 +132,24 @@ def train_dynlm(args, spec, rows, dntm: dict):
 
 def _train_with_weight_average(args, spec, rows, model, cfg):
     """``fit`` with an exponential moving average of the weights after every optimizer step
-    (decay ``--ema-decay``); validation, the choice of the best epoch and the test read the average."""
-    params = [p for p in model.parameters()]
-    average = [p.detach().clone() for p in params]
+    (``torch.optim.swa_utils``, decay ``--ema-decay``); validation, the choice of the best epoch
+    and the test read the average."""
+    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema_decay))
     seen = {"at": (0, 0)}
 
     def after_step(epoch: int, totals: dict) -> None:
         if (epoch, totals["steps"]) == seen["at"]:  # the extra call at the end of an epoch
             return
         seen["at"] = (epoch, totals["steps"])
-        with torch.no_grad():
-            torch._foreach_lerp_(average, [p.detach() for p in params], 1.0 - args.ema_decay)
-
-    def swap() -> None:
-        with torch.no_grad():
-            for p, a in zip(params, average):
-                held = p.detach().clone()
-                p.copy_(a)
-                a.copy_(held)
+        average.update_parameters(model)
 
     best = {"ppl": math.inf, "epoch": 0, "weights": None, "history": []}
 
     def on_epoch(epoch: int, record: dict) -> None:
-        swap()  # the model now holds the average
-        valid = evaluate(model, _batches(rows["valid"], spec, args, None))
+        valid = evaluate(average.module, _batches(rows["valid"], spec, args, None))
         best["history"].append({key: round(valid[key], 2) for key, _ in METRICS})
         if valid["ppl"] < best["ppl"]:
-            best.update(ppl=valid["ppl"], epoch=epoch, weights=copy.deepcopy(model.state_dict()))
-        swap()
-        model.train()
+            best.update(ppl=valid["ppl"], epoch=epoch, weights=copy.deepcopy(average.module.state_dict()))
 
     fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
         lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch,
