@@ -46,6 +46,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_dntm import METRICS, REPO, _fmt, add_litbank_args, load_litbank, write_report  # noqa: E402
 
+from dynlm import checkpoint  # noqa: E402
 from dynlm.data.batching import batch_documents  # noqa: E402
 from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate  # noqa: E402
 from dynlm.losses import token_nll  # noqa: E402
@@ -98,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dynamic-eval", action=argparse.BooleanOptionalAction, default=True,
                         help="add the dynamic-evaluation rows of rnn and of the best DNTM row run")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--save-dir", type=Path, default=None,
+                        help="write each trained row as a dynlm checkpoint <save-dir>/<row>.pt (dynlm.checkpoint.save; "
+                             "the plain-stream row is saved as its RNNLM inside a dntm config with dynamic 'none')")
     return parser.parse_args(argv)
 
 
@@ -219,6 +223,18 @@ def load_out_of_domain(args, pre) -> list[dict]:
     return rows
 
 
+def save_row(args, spec, name: str, model) -> Path:
+    """``model`` as a dynlm checkpoint ``<save-dir>/<row name>.pt`` (spaces and '+' made plain)."""
+    dntm = DNTM_ROWS.get(name, {"dynamic": "none"})
+    if name == "plain-stream reference":  # an RNNLM: rebuild the dntm wrapper around its weights
+        wrapper = build_model(model_config(args, dntm), spec)
+        wrapper.lm.load_state_dict(model.state_dict())
+        model = wrapper
+    slug = "".join(c if c.isalnum() else "_" for c in name).strip("_")
+    return checkpoint.save(args.save_dir / f"{slug}.pt", model, model_config(args, dntm), spec,
+                           {"row": name, "seed": args.seed, "lr_schedule": args.lr_schedule})
+
+
 def format_table(results: list[tuple[str, dict]]) -> str:
     header = "| model | " + " | ".join(title for _, title in METRICS) + " | seconds |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -249,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             return
         since = time.perf_counter()
         models[name] = build()
+        if args.save_dir is not None:
+            save_row(args, spec, name, models[name])
         record(name, evaluate(models[name], _batches(rows["test"], spec, args, None)), since)
         if ood_rows is not None:
             since = time.perf_counter()

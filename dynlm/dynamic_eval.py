@@ -29,6 +29,11 @@ every model type). Two kinds of model need care for that:
 
 Other models (the RNN LM) are cut at exactly ``segment_len`` tokens, across sentence ends.
 
+Which weights adapt: every trainable one by default, except those a model declares static for
+dynamic evaluation (``dynamic_eval_static_params``). The DNTM declares its W_dy: each entity's
+dynamic score is ``h . W_dy d_e``, so a step on W_dy moves every entity score at once; adapting
+it hurt re-appearing entities and diverged at eta = 1e-2 (issue 18). ``names=`` chooses explicitly.
+
 ``eta`` and ``lambda`` matter a lot and depend on the model: :func:`choose_dynamic_eval` picks
 them on validation data from a small grid (``DEFAULT_ETAS`` x ``DEFAULT_LAMBDAS``).
 """
@@ -80,15 +85,23 @@ def _trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def default_adapted_names(model: nn.Module) -> list[str]:
+    """The weights dynamic evaluation adapts when not told: every trainable one except those the
+    model declares static for it (``dynamic_eval_static_params``: the DNTM's W_dy)."""
+    static = set(getattr(model, "dynamic_eval_static_params", ()))
+    return [name for name in _trainable(model) if name not in static]
+
+
 def _adapted_parameters(model: nn.Module, names: Sequence[str] | None,
                         stats: dict[str, torch.Tensor]) -> dict[str, nn.Parameter]:
-    """The trainable parameters named in ``names`` (all when None), each with statistics."""
+    """The trainable parameters named in ``names`` (:func:`default_adapted_names` when None),
+    each with statistics."""
     params = _trainable(model)
-    if names is not None:
-        unknown = sorted(set(names) - set(params))
-        if unknown:
-            raise ValueError(f"dynamic_evaluate: {unknown} are not trainable parameters of the model")
-        params = {name: params[name] for name in names}
+    names = default_adapted_names(model) if names is None else names
+    unknown = sorted(set(names) - set(params))
+    if unknown:
+        raise ValueError(f"dynamic_evaluate: {unknown} are not trainable parameters of the model")
+    params = {name: params[name] for name in names}
     missing = sorted(set(params) - set(stats))
     if missing:
         raise ValueError(f"dynamic_evaluate: no gradient statistics for {missing[:3]} "
@@ -326,8 +339,9 @@ def dynamic_evaluate(model: nn.Module, batches: Iterable, cfg: DynamicEvalConfig
         batches: ``DocumentBatch`` objects (whole documents; each is read on its own).
         cfg: step size, decay, eps and segment length.
         stats: :func:`collect_grad_stats` output for this model.
-        names: the parameters that adapt (``named_parameters`` names; default: every trainable
-            one); the others stay static. E.g. ``["decoder.weight", "decoder.bias"]``.
+        names: the parameters that adapt (``named_parameters`` names; default:
+            :func:`default_adapted_names`, every trainable one but those the model declares
+            static); the others stay static. E.g. ``["decoder.weight", "decoder.bias"]``.
 
     Returns:
         The metrics of :func:`dynlm.training.evaluate` (``loss``, ``ppl``, ``ppl_*``, ``tokens`` ...),

@@ -103,6 +103,12 @@ class DNTM(nn.Module):
     needs_whole_sentences = True
     # A row may hold several documents: the LM state and the memory are reset where one starts.
     supports_packed_documents = True
+    # Dynamic evaluation leaves W_dy static unless told otherwise (dynlm.dynamic_eval): every
+    # entity's dynamic score is the bilinear form h . W_dy d_e, so one RMS-normalised step moves
+    # all H x D coordinates of W_dy together and shifts every entity score at once. Measured
+    # (issue 18, benchmarks/results/dntm_quality.md): adapting it makes re-appearing entities
+    # worse than no adaptation at eta 3e-3 and diverges at 1e-2; without it eta 1e-2 is stable.
+    dynamic_eval_static_params = ("output_proj.weight",)
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()

@@ -282,3 +282,38 @@ def _one_document(batch, row):
 
     sentences = [select_rows(s, [row]) for s in batch.sentences if int(s.lengths[row]) > 0]
     return DocumentBatch(sentences, [batch.doc_ids[row]], sum(int(s.mask.sum()) for s in sentences), 0)
+
+
+def _weights_while_reading(model, batch, stats, names):
+    """name -> how far each weight moved from theta_0 while the first document was read (read
+    from inside :func:`dynamic_scores`, which restores the weights at every document start)."""
+    from dynlm.dynamic_eval import dynamic_scores
+
+    theta0 = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = DynamicEvalConfig(lr=0.05, decay=0.0, segment_len=7)
+    moved = None
+    for score in dynamic_scores(model, [batch], cfg, stats, names=names):
+        if score.document > 0:
+            break
+        moved = {n: float((p.detach() - theta0[n]).abs().max()) for n, p in model.named_parameters()}
+    return moved
+
+
+def test_dntm_dynamic_evaluation_leaves_w_dy_static_unless_named():
+    """The DNTM declares W_dy (``output_proj.weight``) static for dynamic evaluation: by default
+    every other trainable weight adapts and W_dy does not; named explicitly, it adapts too."""
+    from dynlm.dynamic_eval import default_adapted_names
+
+    spec, stats_batch, eval_batch, _ = _synth_data()
+    model = _model_of_type("dntm_both", spec)
+    stats = collect_grad_stats(model, [stats_batch], segment_len=7)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert default_adapted_names(model) == [n for n in trainable if n != "output_proj.weight"]
+    moved = _weights_while_reading(model, eval_batch, stats, names=None)
+    assert moved["output_proj.weight"] == 0.0
+    assert all(moved[n] > 0 for n in ("lm.decoder.weight", "input_proj.weight", "merge.cell.weight_ih",
+                                      "context_encoder.proj.weight"))
+    moved = _weights_while_reading(model, eval_batch, stats, names=trainable)
+    assert moved["output_proj.weight"] > 0
+    rnn = _model_of_type("rnn", spec)
+    assert default_adapted_names(rnn) == [n for n, p in rnn.named_parameters() if p.requires_grad]
