@@ -13,6 +13,7 @@ chunk), batched as evaluation batches them (``batch_documents``: similar lengths
 1. static LSTM (no fast weights);
 2. dynamical LM with ``compile_update`` (the update and the softmax gradient fused);
 3. dynamical LM, eager;
+   rows 2 and 3 again with ``gate_form="rational"`` (no logarithm or exponential per coordinate);
 4. dynamic evaluation (Krause et al.) of the output layer, for reference (one document at a time,
    lockstep layout only).
 
@@ -138,16 +139,26 @@ def main(argv: list[str] | None = None) -> int:
     fused = DynamicalLM(ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": {**dyn, "compile_update": True}}),
                         spec)
     fused.load_state_dict(eager.state_dict())
+    rational = {}  # the same weights with the rational gate form, eager and compiled
+    for label, compiled in (("eager", False), ("compile_update", True)):
+        settings = {**dyn, "compile_update": compiled, "gate_form": "rational"}
+        rational[label] = DynamicalLM(ModelConfig.from_dict({**base, "type": "dynamical", "dynamical": settings}), spec)
+        rational[label].load_state_dict(eager.state_dict())
     start = time.perf_counter()
     for layout_batches in batches.values():
-        evaluate(fused, layout_batches[:1])  # compiles (chunk lengths vary: a dynamic-shape kernel too)
+        for model in (fused, rational["compile_update"]):
+            evaluate(model, layout_batches[:1])  # compiles (chunk lengths vary: a dynamic-shape kernel too)
     compile_seconds = time.perf_counter() - start
     names = list(eager.adapted_parameter_names().values())
     rows_to_run = []
     for layout, layout_batches in batches.items():
         rows_to_run += [(layout, "static LSTM", lambda b=layout_batches: evaluate(static, b)),
                         (layout, "dynamical LM, compile_update", lambda b=layout_batches: evaluate(fused, b)),
-                        (layout, "dynamical LM, eager", lambda b=layout_batches: evaluate(eager, b))]
+                        (layout, "dynamical LM, eager", lambda b=layout_batches: evaluate(eager, b)),
+                        (layout, "dynamical LM, rational gates, compile_update",
+                         lambda b=layout_batches: evaluate(rational["compile_update"], b)),
+                        (layout, "dynamical LM, rational gates, eager",
+                         lambda b=layout_batches: evaluate(rational["eager"], b))]
     rows_to_run.append(("sentence lockstep", "dynamic evaluation, output layer (batch 1)",
                         lambda: dynamic_evaluate(static, lockstep, rule, stats, names=names)))
     speeds = {(layout, label): [] for layout, label, _ in rows_to_run}

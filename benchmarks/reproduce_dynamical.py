@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="(c): paragraphs per meta-training chunk (one optimizer step; the unroll is cut there too)")
     parser.add_argument("--meta-lr", type=float, default=3e-3, help="(c)'s outer learning rate of phi")
     parser.add_argument("--compile-update", action="store_true", help="(c): torch.compile'd update at evaluation")
+    parser.add_argument("--gate-form", choices=["log_sigmoid", "rational"], default="log_sigmoid",
+                        help="(c): the meta-learner's gates (model.dynamical.gate_form)")
     parser.add_argument("--first-order", action="store_true", help="(c): meta-gradients without second derivatives")
     parser.add_argument("--freeze-theta", action="store_true",
                         help="(c): meta-train phi alone, theta stays theta_0 (and (a) gets no extra training)")
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     meta_dropout = model_cfg.dropout if args.meta_dropout is None else args.meta_dropout
     dyn_cfg = model_cfg.replace(type="dynamical", dropout=meta_dropout, dynamical=dict(
         fast_params=args.fast_params.split(","), meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
-        meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order))
+        meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order,
+        gate_form=args.gate_form))
     dynamical = DynamicalLM(dyn_cfg, spec).to(device)
     dynamical.lm.load_state_dict(theta_0)
     output_names = list(dynamical.adapted_parameter_names().values())

@@ -41,6 +41,10 @@ class DynamicalSettings(Config):
     decay: float = 0.0  # lambda, pull of theta_hat back to 0 (theta + theta_hat back to theta)
     eps: float = 1e-3  # added to the RMS statistics
     meta_hidden_dim: int = 16
+    # the gates' form (dynlm.modules.meta_learner): "log_sigmoid" (Andrychowicz et al.'s log
+    # preprocessing, 2 * sigmoid) or "rational" (|s| / (1 + |s|), 1 + x / (1 + |x|): no log or exp
+    # per coordinate, about twice as fast an update at evaluation); both start at dynamic evaluation
+    gate_form: Literal["log_sigmoid", "rational"] = "log_sigmoid"
     meta_lr: float = 1e-3  # outer learning rate of phi
     unroll_steps: int = 4  # K
     segment_len: int = 32  # T tokens

@@ -89,7 +89,7 @@ from dynlm.models.outputs import LMOutput, accepts_sentence_lists
 from dynlm.models.rnn_lm import RNNLM, RNNState
 from dynlm.modules.fast_weights import (fast_embedding, fast_gru_layer, fast_linear, fast_lstm_layer,
                                         per_document_linear, slice_columns, zero_fast_weights)
-from dynlm.modules.meta_learner import Gates, MetaLearner, UpdatePrior
+from dynlm.modules.meta_learner import PREPROCESS_P, Gates, MetaLearner, UpdatePrior
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -157,7 +157,9 @@ class DynamicalLM(nn.Module):
                              f"got {cfg.embedding!r}")
         self.cfg, self.spec, self.settings = cfg, spec, settings
         self.lm = RNNLM(cfg, spec)
-        self.meta_learner = MetaLearner(settings.meta_hidden_dim, settings.eta, settings.decay)
+        self.meta_learner = MetaLearner(settings.meta_hidden_dim, settings.eta, settings.decay,
+                                        gate_form=settings.gate_form)
+        self._log_stats: dict[str, tuple[tuple, torch.Tensor]] = {}  # name -> (stamp, log statistic): _priors
         # Dynamic evaluation's per-coordinate statistics; without init_from_dynamic_eval every
         # rms is 1 (the step is eta * grad / (1 + eps), the decay uniform).
         self.prior = nn.Module()
@@ -210,9 +212,19 @@ class DynamicalLM(nn.Module):
         self.meta_learner.set_rule(cfg.lr, cfg.decay)
 
     def _priors(self) -> dict[str, UpdatePrior]:
-        return {name: UpdatePrior(getattr(self.prior, f"{_buffer_key(name)}_denominator"),
-                                  getattr(self.prior, f"{_buffer_key(name)}_decay_rate"))
-                for name in self.fast_targets()}
+        """Each fast tensor's statistics, with the meta-learner's feature ``log(denominator) / p``
+        kept between updates (recomputed when the denominator buffer is written, moved or cast)."""
+        priors = {}
+        for name in self.fast_targets():
+            key = _buffer_key(name)
+            denominator = getattr(self.prior, f"{key}_denominator")
+            stamp = (denominator.data_ptr(), denominator._version, denominator.dtype, denominator.device)
+            kept = self._log_stats.get(name)
+            if kept is None or kept[0] != stamp:
+                kept = (stamp, denominator.detach().log() / PREPROCESS_P)  # [*shape]
+                self._log_stats[name] = kept
+            priors[name] = UpdatePrior(denominator, getattr(self.prior, f"{key}_decay_rate"), kept[1])
+        return priors
 
     def param_groups(self, base_lr: float) -> list[dict]:
         """Optimizer groups: theta at ``base_lr``, phi at ``cfg.dynamical.meta_lr``."""

@@ -16,21 +16,36 @@ keeps that rule and learns two multiplicative corrections per coordinate::
 with ``features = [preprocess(step), fast, segment loss, log(denominator) / p]``. The last layer
 of g_phi starts at exactly zero, so the gates start at exactly 1 and an untrained meta-learner
 makes dynamic evaluation's update with the given ``eta`` and ``lam``; meta-training then learns
-where to step more or less and where to forget faster. The gradient preprocessing is that of
-Andrychowicz et al. (2016): ``s`` becomes ``(log|s| / p, sign s)`` when ``|s| >= exp(-p)`` and
-``(-1, exp(p) * s)`` otherwise.
+where to step more or less and where to forget faster.
+
+Two forms of the gates (``gate_form``), both exactly 1 at a zero logit:
+
+* ``"log_sigmoid"`` (default): the gradient preprocessing of Andrychowicz et al. (2016), ``s``
+  becomes ``(log|s| / p, sign s)`` when ``|s| >= exp(-p)`` and ``(-1, exp(p) * s)`` otherwise,
+  and a gate is ``2 * sigmoid(logit)``;
+* ``"rational"``: the magnitude feature is ``|s| / (1 + |s|)`` (``s`` is RMS-normalised, so it is
+  about 1 where the training gradients were), the sign feature the same ``clamp(exp(p) s, -1, 1)``,
+  and a gate is ``1 + logit / (1 + |logit|)``. No logarithm or exponential per coordinate: at
+  evaluation the update of a ``[B, V, H]`` output layer is bound by those (issue 17), and this form
+  makes it about twice as fast (``benchmarks/results/dynamical_wikitext2.md``).
+
+``log(denominator) / p`` is a constant of the statistics: callers may pass it precomputed
+(:attr:`UpdatePrior.log_stat`) instead of a logarithm per coordinate and update.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 NUM_FEATURES = 5  # step magnitude, step sign, fast value, segment loss, log statistic
 PREPROCESS_P = 10.0
+GATE_FORMS = ("log_sigmoid", "rational")
+GateForm = Literal["log_sigmoid", "rational"]
 
 
 def preprocess_gradient(grad: torch.Tensor, p: float = PREPROCESS_P) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +65,20 @@ def preprocess_gradient(grad: torch.Tensor, p: float = PREPROCESS_P) -> tuple[to
     return magnitude, sign
 
 
+def rational_features(step: torch.Tensor, p: float = PREPROCESS_P) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``"rational"`` gate form's ``(magnitude, sign)`` features of ``step``, element-wise:
+    ``|s| / (1 + |s|)`` in [0, 1) and ``clamp(exp(p) s, -1, 1)`` (the sign, linear below exp(-p))."""
+    size = step.abs()
+    return size / (1.0 + size), (step * math.exp(p)).clamp(-1.0, 1.0)
+
+
+def gate_of(logit: torch.Tensor, form: GateForm) -> torch.Tensor:
+    """A gate in (0, 2) from its logit, exactly 1 at 0: ``2 sigmoid(x)`` or ``1 + x / (1 + |x|)``."""
+    if form == "rational":
+        return 1.0 + logit / (1.0 + logit.abs())
+    return 2.0 * torch.sigmoid(logit)
+
+
 @dataclass
 class UpdatePrior:
     """Dynamic evaluation's per-coordinate statistics for one fast tensor (no batch dim).
@@ -57,10 +86,17 @@ class UpdatePrior:
     Attributes:
         denominator: ``[*shape]`` rms + eps; the gradient is divided by it.
         decay_rate: ``[*shape]`` rms / mean(rms), clipped at 1 / lam.
+        log_stat: ``[*shape]`` ``log(denominator) / PREPROCESS_P``, the meta-learner's last feature,
+            when the caller keeps it (None: computed at every update).
     """
 
     denominator: torch.Tensor
     decay_rate: torch.Tensor
+    log_stat: torch.Tensor | None = None
+
+    def log_statistic(self) -> torch.Tensor:
+        """``log(denominator) / PREPROCESS_P`` ``[*shape]`` (the kept one when there is one)."""
+        return self.log_stat if self.log_stat is not None else self.denominator.log() / PREPROCESS_P
 
 
 @dataclass
@@ -80,13 +116,18 @@ class MetaLearner(nn.Module):
         eta: dynamic evaluation's step size the update starts from.
         lam: dynamic evaluation's decay towards theta the update starts from.
         init_scale: std of the last layer's initial weights (0: gates exactly 1 at init).
+        gate_form: ``"log_sigmoid"`` or ``"rational"`` (module docstring).
     """
 
-    def __init__(self, hidden_dim: int = 16, eta: float = 1e-3, lam: float = 0.0, init_scale: float = 0.0):
+    def __init__(self, hidden_dim: int = 16, eta: float = 1e-3, lam: float = 0.0, init_scale: float = 0.0,
+                 gate_form: GateForm = "log_sigmoid"):
         super().__init__()
         if hidden_dim < 0:
             raise ValueError(f"MetaLearner hidden_dim must be >= 0, got {hidden_dim}")
+        if gate_form not in GATE_FORMS:
+            raise ValueError(f"MetaLearner gate_form must be one of {GATE_FORMS}, got {gate_form!r}")
         self.hidden_dim = hidden_dim
+        self.gate_form = gate_form
         if hidden_dim > 0:
             self.hidden = nn.Linear(NUM_FEATURES, hidden_dim)
             self.gates = nn.Linear(hidden_dim, 2)
@@ -109,7 +150,7 @@ class MetaLearner(nn.Module):
         self.lam.fill_(float(lam))
 
     def forward(self, step: torch.Tensor, fast: torch.Tensor, loss: torch.Tensor,
-                denominator: torch.Tensor) -> Gates:
+                denominator: torch.Tensor, log_stat: torch.Tensor | None = None) -> Gates:
         """Gates for every coordinate of one fast tensor.
 
         Args:
@@ -117,20 +158,23 @@ class MetaLearner(nn.Module):
             fast: [B, *shape] current fast weights.
             loss: [B] each document's mean segment loss (broadcast to every coordinate).
             denominator: [*shape] rms + eps of the tensor.
+            log_stat: [*shape] ``log(denominator) / PREPROCESS_P`` if the caller keeps it.
 
         Returns:
             :class:`Gates` with two [B, *shape] tensors in (0, 2).
         """
-        pre_input, pre_forget = self._gate_logits(step, fast, loss, denominator, gates=(0, 1))
-        return Gates(input_gate=2.0 * torch.sigmoid(pre_input), forget_gate=2.0 * torch.sigmoid(pre_forget))
+        if log_stat is None:
+            log_stat = denominator.log() / PREPROCESS_P
+        pre_input, pre_forget = self._gate_logits(step, fast, loss, log_stat, gates=(0, 1))
+        return Gates(input_gate=gate_of(pre_input, self.gate_form), forget_gate=gate_of(pre_forget, self.gate_form))
 
-    def _gate_logits(self, step, fast, loss, denominator, gates: tuple[int, ...]) -> list[torch.Tensor]:
-        """The pre-sigmoid logits of the ``gates`` asked for (0: input, 1: forget), each [B, *shape]."""
+    def _gate_logits(self, step, fast, loss, log_stat, gates: tuple[int, ...]) -> list[torch.Tensor]:
+        """The logits of the ``gates`` asked for (0: input, 1: forget), each [B, *shape]
+        (``log_stat``: ``[*shape]`` log(denominator) / PREPROCESS_P)."""
         if step.shape != fast.shape:
             raise ValueError(f"grad shape {tuple(step.shape)} != fast shape {tuple(fast.shape)}")
-        magnitude, sign = preprocess_gradient(step)
+        magnitude, sign = rational_features(step) if self.gate_form == "rational" else preprocess_gradient(step)
         loss = loss.reshape(loss.shape + (1,) * (step.dim() - 1))  # [B, 1, ..., 1]
-        log_stat = denominator.log() / PREPROCESS_P  # [*shape]
         w, b = self.gates.weight, self.gates.bias  # [2, 5 or hidden_dim], [2]
         if self.hidden is None:
             # Linear gates written as weighted sums: no [B, *shape, 5] feature tensor.
@@ -159,7 +203,7 @@ class MetaLearner(nn.Module):
             ``([B, *shape] fast weights for the next segment, the gates used)``.
         """
         step = grad / prior.denominator
-        gates = self(step, fast, loss, prior.denominator)
+        gates = self(step, fast, loss, prior.denominator, prior.log_stat)
         keep = 1.0 - (self.lam * prior.decay_rate) * gates.forget_gate
         return keep * fast - (self.eta * gates.input_gate) * step, gates
 
@@ -173,8 +217,8 @@ class MetaLearner(nn.Module):
         if decays:
             return self.update(fast, grad, loss, prior)[0]
         step = grad / prior.denominator
-        pre_input, = self._gate_logits(step, fast, loss, prior.denominator, gates=(0,))
-        return fast - (self.eta * 2.0 * torch.sigmoid(pre_input)) * step
+        pre_input, = self._gate_logits(step, fast, loss, prior.log_statistic(), gates=(0,))
+        return fast - (self.eta * gate_of(pre_input, self.gate_form)) * step
 
     def updated_into(self, grad: torch.Tensor, fast: torch.Tensor, loss: torch.Tensor, prior: UpdatePrior,
                      decays: bool = True, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -192,10 +236,17 @@ class MetaLearner(nn.Module):
             return grad.copy_(new if weights is None else weights + (new - fast))
         step = grad.div_(prior.denominator)  # [B, *shape], in place
         w, b = self.gates.weight, self.gates.bias
-        pre = step.abs().clamp_min_(math.exp(-PREPROCESS_P)).log_().mul_(w[0, 0] / PREPROCESS_P)  # magnitude * w
+        if self.gate_form == "rational":
+            size = step.abs()
+            pre = size.div_(size + 1.0).mul_(w[0, 0])  # magnitude * w
+        else:
+            pre = step.abs().clamp_min_(math.exp(-PREPROCESS_P)).log_().mul_(w[0, 0] / PREPROCESS_P)  # magnitude * w
         pre.addcmul_(step.mul(math.exp(PREPROCESS_P)).clamp_(-1.0, 1.0), w[0, 1])  # + sign * w
         pre.addcmul_(fast, w[0, 2])
-        pre.add_(prior.denominator.log().mul_(w[0, 4] / PREPROCESS_P))  # [*shape]
+        pre.add_(prior.log_statistic() * w[0, 4])  # [*shape]
         pre.add_((loss * w[0, 3] + b[0]).reshape(loss.shape + (1,) * (step.dim() - 1)))  # [B, 1, ..., 1]
-        step.mul_(pre.sigmoid_()).mul_(2.0 * self.eta)  # the step eta * input_gate * grad / denominator
+        if self.gate_form == "rational":  # the step eta * input_gate * grad / denominator
+            step.mul_(pre.div_(pre.abs().add_(1.0)).add_(1.0)).mul_(self.eta)
+        else:
+            step.mul_(pre.sigmoid_()).mul_(2.0 * self.eta)
         return step.neg_().add_(fast if weights is None else weights)

@@ -1,4 +1,4 @@
-"""`dynlm tune --space tune_spaces/metalearner.yaml`: the meta-learner's search space (eta,
+"""`dynlm tune --space tune_spaces/metalearner.yaml`: the meta-learner's search space (eta, gate form,
 lambda, meta-lr, K, T, meta-steps via train.epochs, BPTT chunk) runs end to end on real Ray and
 MLflow, shrunk with --set to 1 sample, 1 epoch and a tiny model."""
 
@@ -20,7 +20,8 @@ METALEARNER = str(REPO / "tune_spaces" / "metalearner.yaml")
 def test_metalearner_space_searches_meta_steps_and_unroll():
     space = load_search_space(METALEARNER, base_job=default_job())
     assert {"model.dynamical.unroll_steps", "train.epochs", "train.bptt_sentences", "model.dynamical.meta_lr",
-            "model.dynamical.eta", "model.dynamical.decay", "model.dynamical.segment_len"} <= set(space.search)
+            "model.dynamical.eta", "model.dynamical.decay", "model.dynamical.segment_len",
+            "model.dynamical.gate_form"} <= set(space.search)
     assert space.base.model.type == "dynamical"
     assert space.search["model.dynamical.unroll_steps"] == {"choice": [2, 4, 8]}
 

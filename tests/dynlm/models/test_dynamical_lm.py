@@ -212,14 +212,15 @@ def _single_document_batches(num_docs, seed):
     return [collate_documents([row], SPEC) for row in rows]
 
 
-def test_before_meta_training_the_model_evaluates_like_dynamic_evaluation(float64):
+@pytest.mark.parametrize("gate_form", ["log_sigmoid", "rational"])
+def test_before_meta_training_the_model_evaluates_like_dynamic_evaluation(float64, gate_form):
     """Gates start at 1: evaluate(DynamicalLM) == dynamic_evaluate(its theta) on the same weights.
 
     Fast output layer only: its gradient does not go back through time, so the model's
     truncation at chunk and sentence boundaries (see the module docstring) changes nothing.
     """
     torch.manual_seed(0)
-    model = _model(fast_params=["output"], segment_len=5)
+    model = _model(fast_params=["output"], segment_len=5, gate_form=gate_form)
     _static_lm_trained(model)
     stats = collect_grad_stats(model.lm, [_random_docs(3, 10, 1, seed=50)], segment_len=5)
     cfg = DynamicEvalConfig(lr=0.05, decay=0.05, eps=1e-3, segment_len=5)
@@ -256,27 +257,28 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
 
 
 @pytest.mark.slow
-def test_compiled_update_evaluates_like_the_eager_one():
+@pytest.mark.parametrize("gate_form", ["log_sigmoid", "rational"])
+def test_compiled_update_evaluates_like_the_eager_one(gate_form):
     """compile_update fuses the evaluation update (torch.compile); the numbers do not change."""
     torch.manual_seed(0)
-    eager = _model(segment_len=4, eta=0.3, decay=0.05)
+    eager = _model(segment_len=4, eta=0.3, decay=0.05, gate_form=gate_form)
     with torch.no_grad():
         eager.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
-    fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True)
+    fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True, gate_form=gate_form)
     fused.load_state_dict(eager.state_dict())
     batches = [_random_docs(3, 9, 2, seed=11), _ragged_docs(seed=11)]
     assert evaluate(fused, batches)["loss"] == pytest.approx(evaluate(eager, batches)["loss"], rel=1e-5)
     assert "_compiled_update_fn" in fused.__dict__ and "_compiled_update_fn" not in fused.state_dict()
 
 
-@pytest.mark.parametrize("train_theta", [False, True])
-def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_theta):
+@pytest.mark.parametrize("train_theta, gate_form", [(False, "log_sigmoid"), (True, "log_sigmoid"), (False, "rational")])
+def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_theta, gate_form):
     """The meta-objective (NLL of each segment after the updates of the segments before it, in
     eval mode, on the training documents themselves) goes down under meta-training started at
     dynamic evaluation: phi alone, and phi with theta jointly (lr 3e-3 / 1e-3, clip 0.25 as in
     benchmarks/reproduce_dynamical.py). A rise here would be a bug, not overfitting."""
     torch.manual_seed(0)
-    model = _model(segment_len=6, unroll_steps=4, decay=0.0)
+    model = _model(segment_len=6, unroll_steps=4, decay=0.0, gate_form=gate_form)
     _static_lm_trained(model)
     stats = collect_grad_stats(model.lm, [_random_docs(4, 12, 1, seed=60)], segment_len=6)
     model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.01, decay=0.0, segment_len=6), stats)
@@ -309,11 +311,12 @@ def _ragged_docs(seed):
                               _row("c", [sentence(5)])], SPEC)
 
 
-def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64):
+@pytest.mark.parametrize("gate_form", ["log_sigmoid", "rational"])
+def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64, gate_form):
     """Eval with a fast output layer computes the segment gradient as (softmax - onehot)^T h; with
     graph_at_eval set the model takes the autograd path instead: the same losses."""
     torch.manual_seed(0)
-    model = _model(fast_params=["output"], segment_len=5, eta=0.3, decay=0.05)
+    model = _model(fast_params=["output"], segment_len=5, eta=0.3, decay=0.05, gate_form=gate_form)
     with torch.no_grad():
         model.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
     batches = [_random_docs(3, 9, 2, seed=12), _ragged_docs(seed=12)]

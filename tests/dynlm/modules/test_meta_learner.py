@@ -1,12 +1,14 @@
 """MetaLearner: gradient preprocessing, gate ranges, gates exactly 1 at init (= dynamic
-evaluation's update), the corrected update formula, and eta / lambda settings."""
+evaluation's update), the corrected update formula, and eta / lambda settings, for both gate
+forms (``log_sigmoid``, ``rational``)."""
 
 import math
 
 import pytest
 import torch
 
-from dynlm.modules.meta_learner import MetaLearner, UpdatePrior, preprocess_gradient
+from dynlm.modules.meta_learner import (GATE_FORMS, PREPROCESS_P, MetaLearner, UpdatePrior, gate_of, preprocess_gradient,
+                                        rational_features)
 
 
 def _prior(shape, seed=0):
@@ -22,9 +24,10 @@ def test_preprocess_gradient_exact_values():
     torch.testing.assert_close(sign, torch.tensor([1.0, -1.0, 0.0, 1e-6 * math.exp(10.0)]))
 
 
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
 @pytest.mark.parametrize("hidden_dim", [0, 8])
-def test_gates_in_open_interval_0_2_even_for_extreme_inputs(hidden_dim):
-    learner = MetaLearner(hidden_dim, init_scale=1.0)
+def test_gates_in_open_interval_0_2_even_for_extreme_inputs(hidden_dim, gate_form):
+    learner = MetaLearner(hidden_dim, init_scale=1.0, gate_form=gate_form)
     step = torch.randn(2, 5, 7) * 1e3
     fast = torch.randn(2, 5, 7) * 3
     gates = learner(step, fast, torch.tensor([0.5, 10.0]), _prior((5, 7)).denominator)
@@ -34,10 +37,11 @@ def test_gates_in_open_interval_0_2_even_for_extreme_inputs(hidden_dim):
         assert float(gate.detach().std()) > 0
 
 
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
 @pytest.mark.parametrize("hidden_dim", [0, 4])
-def test_initial_update_is_dynamic_evaluation(hidden_dim):
+def test_initial_update_is_dynamic_evaluation(hidden_dim, gate_form):
     """Gates start at exactly 1: fast <- (1 - lam * rate) * fast - eta * grad / denominator."""
-    learner = MetaLearner(hidden_dim, eta=0.03, lam=0.2)
+    learner = MetaLearner(hidden_dim, eta=0.03, lam=0.2, gate_form=gate_form)
     grad, fast, loss = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.tensor([1.0, 2.0])
     prior = _prior((3, 4))
     new, gates = learner.update(fast, grad, loss, prior)
@@ -46,9 +50,10 @@ def test_initial_update_is_dynamic_evaluation(hidden_dim):
     torch.testing.assert_close(new, expected)
 
 
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
 @pytest.mark.parametrize("hidden_dim", [0, 4])
-def test_gates_correct_the_step_and_the_decay_multiplicatively(hidden_dim):
-    learner = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5)
+def test_gates_correct_the_step_and_the_decay_multiplicatively(hidden_dim, gate_form):
+    learner = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5, gate_form=gate_form)
     grad, fast, loss = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.tensor([1.0, 2.0])
     prior = _prior((3, 4), seed=1)
     new, gates = learner.update(fast, grad, loss, prior)
@@ -61,8 +66,9 @@ def test_gates_correct_the_step_and_the_decay_multiplicatively(hidden_dim):
     assert not torch.allclose(other.input_gate[1], gates.input_gate[1])
 
 
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
 @pytest.mark.parametrize("hidden_dim", [0, 4])
-def test_updated_alone_equals_the_update_and_skips_the_forget_gate_only_at_lambda_0(hidden_dim):
+def test_updated_alone_equals_the_update_and_skips_the_forget_gate_only_at_lambda_0(hidden_dim, gate_form):
     """Evaluation's ``updated`` gives ``update``'s new weights; ``decays=False`` (lam = 0) leaves
     the forget gate out, which changes nothing because the decay is then 0."""
     g = torch.Generator().manual_seed(3)
@@ -70,11 +76,11 @@ def test_updated_alone_equals_the_update_and_skips_the_forget_gate_only_at_lambd
     prior = _prior((3, 4), seed=2)
     for lam, decays in [(0.1, True), (0.0, True), (0.0, False)]:
         torch.manual_seed(0)
-        learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5)
+        learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5, gate_form=gate_form)
         expected, gates = learner.update(fast, grad, loss, prior)
         assert float((gates.forget_gate - 1).abs().max()) > 0.05  # a forget gate that is not 1
-        torch.testing.assert_close(learner.updated(fast, grad, loss, prior, decays), expected, rtol=0, atol=1e-7)
-    with_decay = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5)
+        torch.testing.assert_close(learner.updated(fast, grad, loss, prior, decays), expected, rtol=1e-6, atol=1e-7)
+    with_decay = MetaLearner(hidden_dim, eta=0.5, lam=0.1, init_scale=0.5, gate_form=gate_form)
     assert not torch.allclose(with_decay.updated(fast, grad, loss, prior, decays=False),
                               with_decay.update(fast, grad, loss, prior)[0])  # decays=False drops the decay
 
@@ -97,9 +103,10 @@ def test_shape_mismatch_is_an_error():
         MetaLearner(-1)
 
 
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
 @pytest.mark.parametrize("hidden_dim", [0, 4])
 @pytest.mark.parametrize("lam, decays", [(0.0, False), (0.1, True)])
-def test_updated_into_writes_updated_into_the_gradient_buffer(hidden_dim, lam, decays):
+def test_updated_into_writes_updated_into_the_gradient_buffer(hidden_dim, lam, decays, gate_form):
     """Evaluation's in-place update (the lean branch: linear gates, no decay) gives ``updated``'s
     weights, also for steps below exp(-p) (the linear branch of the preprocessing), and with
     ``weights = static + fast`` it gives ``static + updated``; the result is ``grad``'s buffer.
@@ -111,7 +118,7 @@ def test_updated_into_writes_updated_into_the_gradient_buffer(hidden_dim, lam, d
     prior = _prior((3, 4), seed=6)
     prior = UpdatePrior(prior.denominator.double(), prior.decay_rate.double())
     torch.manual_seed(0)
-    learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5).double()
+    learner = MetaLearner(hidden_dim, eta=0.5, lam=lam, init_scale=0.5, gate_form=gate_form).double()
     expected = learner.updated(fast, grad, loss, prior, decays)
     buffer = grad.clone()
     with torch.no_grad():
@@ -122,3 +129,31 @@ def test_updated_into_writes_updated_into_the_gradient_buffer(hidden_dim, lam, d
     with torch.no_grad():
         in_use = learner.updated_into(buffer, fast, loss, prior, decays, weights=static + fast)
     torch.testing.assert_close(in_use - (static + fast), expected - fast, rtol=1e-9, atol=1e-14)
+
+
+def test_rational_features_and_gates_exact_values():
+    step = torch.tensor([1.0, -3.0, 0.0, 1e-6])
+    magnitude, sign = rational_features(step, p=10.0)
+    torch.testing.assert_close(magnitude, torch.tensor([0.5, 0.75, 0.0, 1e-6 / (1 + 1e-6)]))
+    torch.testing.assert_close(sign, torch.tensor([1.0, -1.0, 0.0, 1e-6 * math.exp(10.0)]))
+    logit = torch.tensor([0.0, 1.0, -3.0, 1e6])
+    torch.testing.assert_close(gate_of(logit, "rational"), torch.tensor([1.0, 1.5, 0.25, 2.0 - 1 / (1 + 1e6)]))
+    torch.testing.assert_close(gate_of(logit, "log_sigmoid"), 2 * torch.sigmoid(logit))
+    with pytest.raises(ValueError, match="gate_form"):
+        MetaLearner(0, gate_form="tanh")
+
+
+@pytest.mark.parametrize("gate_form", GATE_FORMS)
+def test_a_kept_log_statistic_gives_the_same_update(gate_form):
+    """``UpdatePrior.log_stat`` (kept by the caller) is the feature computed otherwise."""
+    g = torch.Generator().manual_seed(7)
+    grad, fast, loss = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g), torch.tensor([1.0, 2.0])
+    prior = _prior((3, 4), seed=8)
+    kept = UpdatePrior(prior.denominator, prior.decay_rate, prior.denominator.log() / PREPROCESS_P)
+    torch.manual_seed(0)
+    learner = MetaLearner(0, eta=0.5, lam=0.0, init_scale=0.5, gate_form=gate_form)
+    expected = learner.updated(fast, grad, loss, prior, decays=False)
+    torch.testing.assert_close(learner.updated(fast, grad, loss, kept, decays=False), expected, rtol=0, atol=0)
+    with torch.no_grad():
+        into = learner.updated_into(grad.clone(), fast, loss, kept, decays=False)
+    torch.testing.assert_close(into, expected, rtol=1e-6, atol=1e-7)
