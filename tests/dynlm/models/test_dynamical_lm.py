@@ -349,3 +349,17 @@ def test_a_closed_form_state_continues_on_the_autograd_path_and_is_not_changed(f
     model.closed_form_grad_at_eval = False
     autograd, _ = model(batch.sentences[1], state)
     torch.testing.assert_close(autograd.logits, closed.logits, rtol=1e-10, atol=1e-12)
+
+
+def test_the_kept_log_statistic_follows_the_statistics():
+    """DynamicalLM keeps log(denominator) / p between updates; new statistics replace it."""
+    from dynlm.modules.meta_learner import PREPROCESS_P
+
+    torch.manual_seed(0)
+    model = _model(fast_params=["output"], segment_len=5)
+    before = model._priors()["output.weight"].log_stat
+    stats = collect_grad_stats(model.lm, [_random_docs(3, 10, 1, seed=50)], segment_len=5)
+    model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.05, decay=0.0, segment_len=5), stats)
+    prior = model._priors()["output.weight"]
+    torch.testing.assert_close(prior.log_stat, prior.denominator.log() / PREPROCESS_P, rtol=0, atol=0)
+    assert not torch.allclose(prior.log_stat, before)

@@ -157,3 +157,5 @@ def test_a_kept_log_statistic_gives_the_same_update(gate_form):
     with torch.no_grad():
         into = learner.updated_into(grad.clone(), fast, loss, kept, decays=False)
     torch.testing.assert_close(into, expected, rtol=1e-6, atol=1e-7)
+    shifted = UpdatePrior(prior.denominator, prior.decay_rate, kept.log_stat + 1.0)  # the kept one is what is read
+    assert not torch.allclose(learner.updated(fast, grad, loss, shifted, decays=False), expected)
