@@ -213,17 +213,23 @@ class DynamicalLM(nn.Module):
 
     def _priors(self) -> dict[str, UpdatePrior]:
         """Each fast tensor's statistics, with the meta-learner's feature ``log(denominator) / p``
-        kept between updates (recomputed when the denominator buffer is written, moved or cast)."""
+        kept between updates (recomputed when the denominator buffer is written, moved or cast).
+        A buffer made under ``torch.inference_mode`` has no version counter to tell a write, so
+        its statistic is recomputed at every update instead."""
         priors = {}
         for name in self.fast_targets():
             key = _buffer_key(name)
             denominator = getattr(self.prior, f"{key}_denominator")
+            decay_rate = getattr(self.prior, f"{key}_decay_rate")
+            if torch.is_inference(denominator):
+                priors[name] = UpdatePrior(denominator, decay_rate, denominator.log() / PREPROCESS_P)
+                continue
             stamp = (denominator.data_ptr(), denominator._version, denominator.dtype, denominator.device)
             kept = self._log_stats.get(name)
             if kept is None or kept[0] != stamp:
                 kept = (stamp, denominator.detach().log() / PREPROCESS_P)  # [*shape]
                 self._log_stats[name] = kept
-            priors[name] = UpdatePrior(denominator, getattr(self.prior, f"{key}_decay_rate"), kept[1])
+            priors[name] = UpdatePrior(denominator, decay_rate, kept[1])
         return priors
 
     def param_groups(self, base_lr: float) -> list[dict]:

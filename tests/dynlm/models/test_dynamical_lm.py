@@ -363,3 +363,22 @@ def test_the_kept_log_statistic_follows_the_statistics():
     prior = model._priors()["output.weight"]
     torch.testing.assert_close(prior.log_stat, prior.denominator.log() / PREPROCESS_P, rtol=0, atol=0)
     assert not torch.allclose(prior.log_stat, before)
+
+
+def test_a_model_built_under_inference_mode_evaluates_like_one_built_outside():
+    """Buffers made under ``torch.inference_mode`` have no version counter (the kept log statistic
+    is keyed on it): such a model evaluates, and gives the same loss as the same weights built
+    outside inference mode; in inference mode too."""
+    torch.manual_seed(0)
+    model = _model(fast_params=["output"], segment_len=5)
+    stats = collect_grad_stats(model.lm, [_random_docs(3, 10, 1, seed=50)], segment_len=5)
+    model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.05, decay=0.0, segment_len=5), stats)
+    with torch.inference_mode():
+        served = _model(fast_params=["output"], segment_len=5)
+        served.load_state_dict(model.state_dict())
+    assert torch.is_inference(served.prior.output_weight_denominator)
+    batches = [_random_docs(2, 12, 2, seed=51)]
+    expected = evaluate(model, batches)["loss"]
+    assert evaluate(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)
+    with torch.inference_mode():
+        assert evaluate(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)
