@@ -29,7 +29,8 @@ from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, default_ad
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + " Every other flag is "
+                                     "benchmarks/dntm_quality.py's (see its --help).")
     parser.add_argument("--checkpoint", type=Path, action="append", required=True, help="a dynlm checkpoint (repeatable)")
     parser.add_argument("--eta", type=float, default=3e-3)
     parser.add_argument("--lam", type=float, default=0.0)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = collect_grad_stats(model, dntm_quality._batches(rows["train"], spec, args, None))
         valid = list(dntm_quality._batches(rows["valid"], spec, args, None))
         adapted = default_adapted_names(model)
-        output_layer = [n for n in adapted if ".decoder." in f".{n}"]
+        output_layer = [n for n in adapted if n.split(".")[-2:-1] == ["decoder"]]  # lm.decoder.weight / .bias
         groups = {"none": None, "the output layer only": output_layer,
                   "all but the output layer": [n for n in adapted if n not in output_layer]}
         for label, names in groups.items():

@@ -221,8 +221,8 @@ class DynamicalLM(nn.Module):
             key = _buffer_key(name)
             denominator = getattr(self.prior, f"{key}_denominator")
             decay_rate = getattr(self.prior, f"{key}_decay_rate")
-            if torch.is_inference(denominator):
-                priors[name] = UpdatePrior(denominator, decay_rate, denominator.log() / PREPROCESS_P)
+            if torch.is_inference(denominator):  # no kept statistic: UpdatePrior computes it per update
+                priors[name] = UpdatePrior(denominator, decay_rate)
                 continue
             stamp = (denominator.data_ptr(), denominator._version, denominator.dtype, denominator.device)
             kept = self._log_stats.get(name)
