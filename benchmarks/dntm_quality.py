@@ -16,7 +16,11 @@ entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exa
   static logit of ``<unk{n+1}>``, or, "new-entity logit", in its place), with the gate on the
   dynamic scores, and with both; "entity class": the factored output of
   ``model.entity_class_output`` (P(an entity next) from its own logit, then which entity), also
-  for ``rnn``; the best DNTM row again with dynamic evaluation
+  for ``rnn``; "mention cache": the hidden states that predicted each chain's mentions, scored
+  against the current one (``model.dntm.mention_cache``), also for ``rnn`` (``dynamic: none``);
+  "adapted entity rows": the entity output rows stepped per document after every sentence on the
+  model's own errors with a learned rate (``model.dntm.adapt_entity_rows``), also for ``rnn``;
+  the best DNTM row again with dynamic evaluation
   (``--no-dynamic-eval``: without the dynamic-evaluation rows).
 
 Every dynlm row prints its validation metrics by epoch (the weights of the best epoch overall
@@ -68,6 +72,14 @@ DNTM_ROWS = {  # row name -> model.dntm settings (+ ENTITY_CLASS: model.entity_c
     "dntm both + entity class": {"dynamic": "both", ENTITY_CLASS: True},
     "dntm both + new-entity logit + entity class": {"dynamic": "both", "new_entity_score": True,
                                                     "new_entity_replaces_static": True, ENTITY_CLASS: True},
+    "rnn + mention cache": {"dynamic": "none", "mention_cache": True},
+    "dntm both + mention cache": {"dynamic": "both", "mention_cache": True},
+    "dntm both + new-entity logit + mention cache": {"dynamic": "both", "new_entity_score": True,
+                                                     "new_entity_replaces_static": True, "mention_cache": True},
+    "rnn + adapted entity rows": {"dynamic": "none", "adapt_entity_rows": True},
+    "dntm both + adapted entity rows": {"dynamic": "both", "adapt_entity_rows": True},
+    "dntm both + new-entity logit + adapted entity rows": {"dynamic": "both", "new_entity_score": True,
+                                                           "new_entity_replaces_static": True, "adapt_entity_rows": True},
 }
 DYNAMIC_EVAL_ETAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 DYNAMIC_EVAL_LAMBDAS = (0.0, 2e-3, 2e-2)

@@ -28,6 +28,12 @@ class DNTMSettings(Config):
     # sigmoid(w . h + b) scaling the dynamic entity scores per position (dynlm.modules.score_gate;
     # output dynamics only)
     gate_dynamic_scores: bool = False
+    # a cache of the hidden states that predicted each chain's mentions, scored against the current
+    # hidden state and added to the chain's logit (dynlm.modules.mention_cache; beyond the paper)
+    mention_cache: bool = False
+    # the entity output rows adapted per document after every sentence by a learned step on the
+    # model's own prediction errors (dynlm.modules.entity_row_adaptation; beyond the paper)
+    adapt_entity_rows: bool = False
 
 
 @dataclass
@@ -96,6 +102,11 @@ class ModelConfig(Config):
         if self.dntm.gate_dynamic_scores and self.dntm.dynamic not in ("output", "both"):
             raise ConfigError(f"model.dntm.gate_dynamic_scores gates the output dynamics; "
                               f"model.dntm.dynamic is {self.dntm.dynamic!r}")
+        if self.dntm.mention_cache and self.dntm.adapt_entity_rows:
+            raise ConfigError("model.dntm.mention_cache and model.dntm.adapt_entity_rows: choose one")
+        if self.dntm.adapt_entity_rows and self.entity_class_output:
+            raise ConfigError("model.dntm.adapt_entity_rows steps on the joint softmax's errors; "
+                              "model.entity_class_output factors it")
         if self.dntm.new_entity_replaces_static and not self.dntm.new_entity_score:
             raise ConfigError("model.dntm.new_entity_replaces_static needs model.dntm.new_entity_score")
         if self.entity_class_output and self.type == "dynamical":

@@ -11,6 +11,11 @@ reused as is (embedding, recurrent layers, output layer); the DNTM adds
   identifier a new chain can take (:mod:`dynlm.modules.new_entity_score`; with
   ``new_entity_replaces_static`` it is that identifier's whole logit), and
   (``gate_dynamic_scores``) a per-position gate on the dynamic scores (:mod:`dynlm.modules.score_gate`);
+* optionally (beyond the paper) a per-document state of the entity output rows: a cache of
+  the hidden states that predicted each chain's mentions (``mention_cache``,
+  :mod:`dynlm.modules.mention_cache`), or the rows adapted after every sentence by a learned
+  step on the model's own prediction errors (``adapt_entity_rows``,
+  :mod:`dynlm.modules.entity_row_adaptation`: dynamic evaluation of ``<unk{k}>``, learned);
 * after each sentence, a context encoder (:mod:`dynlm.modules.context_encoder`) gives a context
   vector d'_e for every mention, merged into d_e in sentence order
   (:mod:`dynlm.modules.entity_memory`).
@@ -48,6 +53,9 @@ from dynlm.modules.entity_memory import (
     select_memory,
     update_memory,
 )
+from dynlm.modules.entity_mask import mask_unseen_entities
+from dynlm.modules.entity_row_adaptation import EntityRowAdaptation
+from dynlm.modules.mention_cache import MentionCache
 from dynlm.modules.new_entity_score import NewEntityScore
 from dynlm.modules.score_gate import ScoreGate
 from dynlm.vocab_spec import VocabSpec
@@ -59,10 +67,13 @@ class DNTMState(NamedTuple):
     Attributes:
         rnn: the LM's recurrent state (``h``/``c`` ``[num_layers, B, H]``).
         entities: the entity memory (``memory [B, K, D]``, ``score_lse [B, K]``).
+        entity_rows: ``[B, K, H]`` the per-document state of the entity output rows (the mention
+            cache, or the shift of the adapted rows), else None.
     """
 
     rnn: RNNState
     entities: EntityMemoryState
+    entity_rows: torch.Tensor | None = None
 
 
 def dntm_small(**overrides) -> ModelConfig:
@@ -128,6 +139,10 @@ class DNTM(nn.Module):
             self.output_proj = nn.Linear(self.entity_dim, cfg.hidden_dim, bias=False)  # W_dy
             if settings.gate_dynamic_scores:
                 self.score_gate = ScoreGate(cfg.hidden_dim)
+        if settings.mention_cache:
+            self.mention_cache = MentionCache(cfg.hidden_dim)
+        if settings.adapt_entity_rows:
+            self.row_adaptation = EntityRowAdaptation(cfg.hidden_dim)
         if settings.new_entity_score:
             self.new_entity = NewEntityScore(cfg.hidden_dim, settings.new_entity_replaces_static, spec.num_entities)
         if settings.dynamic != "none":
@@ -145,21 +160,29 @@ class DNTM(nn.Module):
     def init_state(self, batch_size: int, device: torch.device | str | None = None) -> DNTMState:
         """Zero LM state and an empty entity memory for ``batch_size`` documents."""
         device = device if device is not None else self.lm.decoder.weight.device
+        rows = None
+        if self.cfg.dntm.mention_cache or self.cfg.dntm.adapt_entity_rows:
+            rows = torch.zeros(batch_size, self.spec.num_entities, self.cfg.hidden_dim, device=device)
         return DNTMState(
             rnn=self.lm.init_state(batch_size, device),
             entities=init_memory(batch_size, self.spec.num_entities, self.entity_dim, device=device),
+            entity_rows=rows,
         )
 
     @staticmethod
     def detach_state(state: DNTMState) -> DNTMState:
-        """Cut the autograd history of the LM state and the memory (truncated BPTT)."""
-        return DNTMState(RNNLM.detach_state(state.rnn), detach_memory(state.entities))
+        """Cut the autograd history of the LM state, the memory and the entity rows (truncated BPTT)."""
+        rows = None if state.entity_rows is None else state.entity_rows.detach()
+        return DNTMState(RNNLM.detach_state(state.rnn), detach_memory(state.entities), rows)
 
     @staticmethod
     def reset_state(state: DNTMState, keep: torch.Tensor) -> DNTMState:
-        """Zero the LM state and empty the memory of the rows where ``keep`` [B] is False."""
+        """Zero the LM state, empty the memory and the entity rows of the rows where ``keep`` [B] is False."""
         keep = keep.to(state.entities.memory.device)
-        return DNTMState(RNNLM.reset_state(state.rnn, keep), reset_memory(state.entities, keep))
+        rows = state.entity_rows
+        if rows is not None:
+            rows = rows * keep.view(-1, 1, 1).to(rows.dtype)
+        return DNTMState(RNNLM.reset_state(state.rnn, keep), reset_memory(state.entities, keep), rows)
 
     # ----- forward -----------------------------------------------------------------------
     def _entity_vectors(self, memory: torch.Tensor, entity_ids: torch.Tensor) -> torch.Tensor:
@@ -231,6 +254,12 @@ class DNTM(nn.Module):
         dropped = self.lm.output_dropout(hidden)  # [B, L, H]
         at_real = at_positions(dropped, positions)  # [N, H]: the output layer skips the padding
         word_logits, entity_logits = self.lm.word_and_entity_logits(at_real)  # [N, V_out - K], [N, K]: static b^y
+        entity_rows = state.entity_rows
+        if self.cfg.dntm.mention_cache:
+            cache_scores, entity_rows = self.mention_cache(dropped, batch.target_entity_ids,
+                                                           batch.doc_start if len(batch.reset_columns) else None,
+                                                           entity_rows)
+            entity_logits = entity_logits + at_positions(cache_scores, positions)  # [N, K]
         if self.use_output:
             # h . W_dy d_e = (h W_dy) . d_e: project the L positions, not the S x K memory snapshots
             queries = dropped @ self.output_proj.weight  # [B, L, D]
@@ -241,8 +270,53 @@ class DNTM(nn.Module):
             entity_logits = entity_logits + entity_scores
         if self.cfg.dntm.new_entity_score:
             entity_logits = self.new_entity(entity_logits, at_real, at_positions(batch.entities_seen, positions), 0)
+        if self.cfg.dntm.adapt_entity_rows:
+            entity_logits, entity_rows = self._adapt_entity_rows(sentences, starts, batch, positions, dropped,
+                                                                 word_logits, entity_logits, entity_rows)
         logits = self.lm.join_logits(word_logits, entity_logits, batch, positions, at_real)  # [N, V_out], the entity mask applied
-        return LMOutput(logits=logits, hidden=hidden, positions=positions), DNTMState(rnn_state, entities)
+        return LMOutput(logits=logits, hidden=hidden, positions=positions), DNTMState(rnn_state, entities, entity_rows)
+
+    def _adapt_entity_rows(self, sentences: "_SentenceIndex", starts: torch.Tensor | None, batch,
+                           positions: torch.Tensor | None, dropped: torch.Tensor, word_logits: torch.Tensor,
+                           entity_logits: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The entity logits with ``h · Δb_k`` added, sentence by sentence, and Δb after the step.
+
+        ``word_logits [N, V_out - K]`` / ``entity_logits [N, K]`` (``[B, L, *]`` when ``positions``
+        is None) are the logits without the shift; ``dropped [B, L, H]``; ``shift [B, K, H]`` Δb
+        before the step (:mod:`dynlm.modules.entity_row_adaptation`).
+        """
+        spare = sentences.spare
+
+        def flat(values: torch.Tensor) -> torch.Tensor:  # at the real positions -> [B * L + 1, *]
+            if positions is None:
+                return sentences.padded(values)
+            out = values.new_zeros(spare + 1, *values.shape[1:])
+            return out.index_copy(0, positions, values)
+
+        hidden, logits = sentences.padded(dropped), flat(entity_logits)  # [B * L + 1, H], [B * L + 1, K]
+        word_log_norm = flat(torch.logsumexp(word_logits, dim=-1))  # [B * L + 1]
+        targets, seen = sentences.padded(batch.target_entity_ids), sentences.padded(batch.entities_seen)
+        parts, places = [], []
+        for s in range(sentences.num_sentences):
+            if starts is not None:  # a document starts at sentence s of the row: its rows start unshifted
+                shift = shift * (~starts[:, s]).view(-1, 1, 1).to(shift.dtype)
+            rows, index, mask, _ = sentences.sentence(s)
+            if rows.numel() == 0:
+                continue
+            h_s = hidden[index]  # [R, width, H]
+            shifted = logits[index] + self.row_adaptation.scores(h_s, shift[rows])  # [R, width, K]
+            final = shifted
+            if self.cfg.mask_unseen_entities:
+                final = mask_unseen_entities(shifted, seen[index], 0)
+            change = self.row_adaptation.step(h_s, final, word_log_norm[index], targets[index], mask)  # [R, K, H]
+            shift = shift.index_add(0, rows, change)
+            parts.append(shifted.flatten(0, 1))
+            places.append(index.flatten())
+        if not parts:
+            return entity_logits, shift
+        like = dropped[..., :1]  # [B, L, 1]: the layout to assemble into
+        assembled = sentences.assemble(parts, places, like)  # [B, L, K]
+        return at_positions(assembled, positions), shift
 
     def _merge_sentence(self, entities, x_s: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, repeats: int):
         """The memory after one sentence: ``x_s [B, P, E]`` its input vectors, ``ids`` / ``mask`` ``[B, P]``,

@@ -179,14 +179,20 @@ def _model_of_type(model_type, spec):
     sizes = dict(embed_dim=16, hidden_dim=16, dropout=0.3)
     if model_type == "rnn":
         cfg = rnn_lm_small(**sizes)
+    elif model_type == "dntm_adapted_rows":  # its per-document entity-row state must carry across segments
+        cfg = dntm_small(**sizes, dntm={"dynamic": "both", "merge_fn": "gru", "adapt_entity_rows": True})
     elif model_type.startswith("dntm_"):
         cfg = dntm_small(**sizes, dntm={"dynamic": model_type[len("dntm_"):], "merge_fn": "gru"})
     else:
         cfg = dynamical_lm_small(**sizes, dynamical={"segment_len": 9})
-    return build_model(cfg, spec)
+    model = build_model(cfg, spec)
+    if model_type == "dntm_adapted_rows":
+        with torch.no_grad():
+            model.row_adaptation.rate.normal_(0.0, 1.0)  # (zero at the start: no effect)
+    return model
 
 
-MODEL_TYPES = ["rnn", "dntm_input", "dntm_output", "dntm_both", "dynamical"]
+MODEL_TYPES = ["rnn", "dntm_input", "dntm_output", "dntm_both", "dntm_adapted_rows", "dynamical"]
 
 
 def _assert_same_metrics(dynamic, static):

@@ -23,7 +23,13 @@ TINY_SPEC = VocabSpec(num_words=20, num_entities=3, shortlist_size=15, num_subwo
 DNTM_CASES = [dict(dynamic=d, merge_fn=m) for d in ("input", "output", "both") for m in ("max", "gru", "gru_relu", "latest", "attention")]
 DNTM_CASES += [dict(dynamic="both", merge_fn="gru", new_entity_score=True, gate_dynamic_scores=True),
                dict(dynamic="output", merge_fn="latest", new_entity_score=True),
-               dict(dynamic="both", merge_fn="max", new_entity_score=True, new_entity_replaces_static=True)]
+               dict(dynamic="both", merge_fn="max", new_entity_score=True, new_entity_replaces_static=True),
+               dict(dynamic="both", merge_fn="gru", mention_cache=True),
+               dict(dynamic="none", merge_fn="gru", mention_cache=True),
+               dict(dynamic="both", merge_fn="gru", adapt_entity_rows=True),
+               dict(dynamic="both", merge_fn="max", new_entity_score=True, new_entity_replaces_static=True,
+                    adapt_entity_rows=True),
+               dict(dynamic="none", merge_fn="gru", adapt_entity_rows=True)]
 CASES = [dict(type="rnn"), dict(type="rnn", backbone="gru")] + [dict(type="dntm", dntm=case) for case in DNTM_CASES]
 
 
@@ -31,7 +37,12 @@ def _model(case: dict):
     torch.manual_seed(0)
     cfg = ModelConfig.from_dict({"backbone": "lstm", "embed_dim": 8, "hidden_dim": 8, "num_layers": 1, "dropout": 0.3,
                                  **case})
-    return cfg, build_model(cfg, TINY_SPEC).eval()
+    model = build_model(cfg, TINY_SPEC).eval()
+    with torch.no_grad():  # the entity-row state starts at w = 0 (no effect): give it weights that change the scores
+        for name, param in model.named_parameters():
+            if name in ("mention_cache.weight", "row_adaptation.rate"):
+                param.normal_(0.0, 2.0)
+    return cfg, model
 
 
 def _token_nll(model, batch) -> list[list[float]]:

@@ -237,3 +237,63 @@ def test_with_the_factored_output_the_entity_mass_is_the_class_probability(tiny_
             entity_mass = log_probs[:, tiny_spec.entity_offset:].logsumexp(-1).exp()
             expected = torch.sigmoid(model.lm.entity_class.score(output.hidden[sentence.mask])).squeeze(-1)
             torch.testing.assert_close(entity_mass, expected)
+
+
+def test_the_mention_cache_starts_as_the_model_without_it_and_raises_a_re_mentioned_chain():
+    plain = _model("both")
+    cached = _model("both", dntm={"mention_cache": True})
+    cached.load_state_dict({**cached.state_dict(), **plain.state_dict()})
+    rows = [_row("a", DOC_A), _row("b", DOC_B)]
+    for ours, theirs in zip(_run(cached, rows)[0], _run(plain, rows)[0]):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    with torch.no_grad():  # w = 1: s_k = h_t . c_k
+        cached.mention_cache.weight.fill_(1.0)
+    logits, state = _run(cached, rows)
+    base, _ = _run(plain, rows)
+    words = slice(0, SPEC.num_words)
+    # Doc a reads <bos> 5 <unk1> ...: <unk1> is the target of position 1, so positions 0 and 1 have
+    # nothing cached; words never move.
+    assert torch.equal(logits[0][0, :2], base[0][0, :2])
+    assert all(torch.equal(a[..., words], b[..., words]) for a, b in zip(logits, base))
+    # position 2 scores <unk1> with h_2 . h_1
+    assert not torch.equal(logits[0][0, 2, E1], base[0][0, 2, E1])
+    assert state.entity_rows.shape == (2, 3, 8) and torch.all(state.entity_rows[0, 2] == 0)  # doc a has no <unk3>
+    reset = cached.reset_state(state, torch.tensor([True, False]))
+    assert torch.all(reset.entity_rows[1] == 0) and torch.equal(reset.entity_rows[0], state.entity_rows[0])
+    assert not cached.detach_state(state).entity_rows.requires_grad
+
+
+def test_adapted_entity_rows_start_as_the_model_without_them_and_follow_the_prediction_errors():
+    plain = _model("both")
+    adapted = _model("both", dntm={"adapt_entity_rows": True})
+    adapted.load_state_dict({**adapted.state_dict(), **plain.state_dict()})
+    rows = [_row("a", DOC_A)]
+    for ours, theirs in zip(_run(adapted, rows)[0], _run(plain, rows)[0]):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    with torch.no_grad():
+        adapted.row_adaptation.rate.fill_(1.0)
+    logits, state = _run(adapted, rows)
+    base, _ = _run(plain, rows)
+    # sentence 1 reads unshifted rows; from sentence 2 on only the entity columns move
+    assert torch.equal(logits[0], base[0])
+    words = slice(0, SPEC.num_words)
+    assert all(torch.equal(a[..., words], b[..., words]) for a, b in zip(logits, base))
+    assert not torch.equal(logits[1][..., E1], base[1][..., E1])
+    # Δb after sentence 1 by hand: sum_i (1[y_i = k] - p_i(k)) h_i over its positions (rate 1)
+    batch = collate_documents(rows, SPEC)
+    output, after_first = adapted(batch.sentences[0], adapted.init_state(1))
+    probs = torch.softmax(output.padded_logits()[0], dim=-1)[:, SPEC.num_words:]  # [P, K]
+    observed = torch.nn.functional.one_hot(batch.sentences[0].target_entity_ids[0], 4)[:, 1:].float()
+    expected = (observed - probs).T @ output.hidden[0]  # [K, H] (dropout 0: hidden = dropped)
+    torch.testing.assert_close(after_first.entity_rows[0], expected, rtol=1e-5, atol=1e-6)
+    # <unk1> is the one chain seen: its row moved towards the contexts that predicted it
+    assert state.entity_rows.shape == (1, 3, 8)
+
+
+def test_the_entity_row_states_are_exclusive_and_not_for_the_factored_output():
+    from dynlm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="choose one"):
+        dntm_small(dntm={"mention_cache": True, "adapt_entity_rows": True})
+    with pytest.raises(ConfigError, match="entity_class_output"):
+        dntm_small(entity_class_output=True, dntm={"adapt_entity_rows": True})

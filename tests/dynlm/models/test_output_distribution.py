@@ -24,6 +24,11 @@ MODEL_CONFIGS = {
     "dntm_both_new_entity_logit": lambda: dntm_small(
         embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True,
                                            "new_entity_replaces_static": True}),
+    "dntm_both_mention_cache": lambda: dntm_small(
+        embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "mention_cache": True}),
+    "dntm_both_adapted_entity_rows": lambda: dntm_small(
+        embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True,
+                                           "new_entity_replaces_static": True, "adapt_entity_rows": True}),
     "rnn_entity_class": lambda: rnn_lm_small(embed_dim=16, hidden_dim=16, entity_class_output=True),
     "dntm_both_new_entity_logit_entity_class": lambda: dntm_small(
         embed_dim=16, hidden_dim=16, entity_class_output=True,
@@ -53,6 +58,10 @@ def _probability_sums(model, batch) -> torch.Tensor:
 def test_probabilities_sum_to_one_at_every_position(model_type, tiny_spec, random_rows):
     torch.manual_seed(0)
     model = build_model(MODEL_CONFIGS[model_type](), tiny_spec)
+    with torch.no_grad():  # the entity-row state starts at w = 0 (no effect)
+        for name, param in model.named_parameters():
+            if name in ("mention_cache.weight", "row_adaptation.rate"):
+                param.normal_(0.0, 2.0)
     batch = collate_documents(random_rows(4, seed=3), tiny_spec)
     sums = _probability_sums(model, batch)
     assert sums.numel() == batch.num_tokens

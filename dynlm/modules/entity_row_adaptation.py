@@ -1,0 +1,61 @@
+"""Per-document adaptation of the entity output rows, learned: the model's own dynamic evaluation of ``<unk{k}>``.
+
+Dynamic evaluation's gain on re-appearing entities comes from the output layer: after each
+segment, a gradient step moves the output vector b^y_k of ``<unk{k}>`` by
+``eta * sum_i (1[y_i = k] - p_i(k)) h_i`` (RMS-scaled), so chain k gains probability where the
+context resembles its mentions and loses it where it was predicted but did not come
+(benchmarks/results/dntm_quality.md, "2026-12-05 (later)"). This module makes that step part of
+the model, trained end to end, for the K entity rows only:
+
+    after sentence j:   Δb_k <- Δb_k + w ⊙ sum_{i in sentence j} (1[y_i = k] - p_i(k)) h_i
+    at position t:      logit of <unk{k}> += h_t · Δb_k       (Δb_k as it was before t's sentence)
+
+with ``w [H]`` a learned per-coordinate rate (zero at the start: the model without it, bit for
+bit) and ``p_i`` the model's own final distribution at position i (so an over-predicted chain is
+pushed down, which a plain cache of hidden states cannot do). Δb is per document, ``[B, K, H]``,
+empty at a document's start. The update is per sentence, so the scores do not depend on how
+sentences are grouped into steps. As in dynamic evaluation, every identifier that had
+probability gets the ``- p_i(k) h_i`` part, also ``<unk{n+1}>`` before its chain appears (the
+"new chain" slot); identifiers masked out (probability 0) get nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class EntityRowAdaptation(nn.Module):
+    """Scores from, and the update of, the per-document shift Δb ``[B, K, H]`` of the entity rows.
+
+    Args:
+        hidden_dim: H.
+    """
+
+    def __init__(self, hidden_dim: int):
+        super().__init__()
+        self.rate = nn.Parameter(torch.zeros(hidden_dim))  # w: starts as the model without the adaptation
+
+    @staticmethod
+    def scores(hidden: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """``h [R, P, H] · Δb [R, K, H]`` -> ``[R, P, K]``: what the shift adds to each entity logit."""
+        return torch.bmm(hidden, shift.transpose(1, 2))
+
+    def step(self, hidden: torch.Tensor, entity_logits: torch.Tensor, word_log_norm: torch.Tensor,
+             target_entities: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The change of Δb ``[R, K, H]`` after one sentence of R documents.
+
+        Args:
+            hidden: ``[R, P, H]`` the hidden states of the sentence's positions.
+            entity_logits: ``[R, P, K]`` the final entity logits there (shift included; ``-inf``
+                where an identifier cannot come next).
+            word_log_norm: ``[R, P]`` log-sum-exp of the word logits there.
+            target_entities: ``[R, P]`` long chain 1..K of each target, 0 for words and padding.
+            mask: ``[R, P]`` bool, real positions.
+        """
+        log_norm = torch.logaddexp(word_log_norm, torch.logsumexp(entity_logits, dim=-1))  # [R, P]
+        probs = torch.exp(entity_logits - log_norm.unsqueeze(-1))  # [R, P, K]  p_i(k)
+        observed = F.one_hot(target_entities, entity_logits.size(-1) + 1)[..., 1:].to(probs.dtype)  # [R, P, K]
+        error = (observed - probs) * mask.unsqueeze(-1).to(probs.dtype)  # [R, P, K]
+        return torch.bmm(error.transpose(1, 2), hidden) * self.rate  # [R, K, H]

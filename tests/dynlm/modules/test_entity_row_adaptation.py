@@ -1,0 +1,46 @@
+"""Tests of the learned per-document adaptation of the entity rows (dynlm.modules.entity_row_adaptation)."""
+
+from __future__ import annotations
+
+import torch
+
+from dynlm.modules.entity_row_adaptation import EntityRowAdaptation
+
+
+def test_the_step_is_the_rate_times_the_log_likelihood_gradient_of_the_entity_rows():
+    """Δb_k = w ⊙ sum_i (1[y_i = k] - p_i(k)) h_i is w times the gradient of sum_i log p_i(y_i)
+    with respect to the output vectors b^y_k of the entity identifiers (the rows of dynamic evaluation)."""
+    torch.manual_seed(0)
+    module = EntityRowAdaptation(4)
+    with torch.no_grad():
+        module.rate.uniform_(0.5, 1.5)
+    hidden = torch.randn(2, 5, 4)
+    word_weight = torch.randn(6, 4)
+    entity_weight = torch.randn(3, 4, requires_grad=True)  # b^y of <unk1..3>
+    targets = torch.tensor([[0, 7, 2, 6, 6], [8, 1, 6, 0, 3]])  # ids: 0..5 words, 6..8 <unk1..3>
+    mask = torch.tensor([[True] * 5, [True, True, True, True, False]])
+    logits = torch.cat([hidden @ word_weight.T, hidden @ entity_weight.T], dim=-1)  # [2, 5, 9]
+    log_likelihood = (torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask).sum()
+    (gradient,) = torch.autograd.grad(log_likelihood, entity_weight)  # [3, 4] summed over both rows
+    chains = torch.where(targets >= 6, targets - 5, torch.zeros_like(targets))
+    change = module.step(hidden, (hidden @ entity_weight.T).detach(), torch.logsumexp(hidden @ word_weight.T, -1),
+                         chains, mask)  # [2, 3, 4], one per document
+    torch.testing.assert_close(change.sum(0), gradient * module.rate.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_scores_are_the_hidden_state_against_the_shifted_rows():
+    torch.manual_seed(1)
+    hidden, shift = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    torch.testing.assert_close(EntityRowAdaptation.scores(hidden, shift), torch.einsum("rph,rkh->rpk", hidden, shift))
+
+
+def test_a_masked_identifier_gets_no_negative_step_and_the_rate_learns():
+    module = EntityRowAdaptation(3)
+    hidden = torch.randn(1, 2, 3)
+    logits = torch.tensor([[[0.5, float("-inf")], [0.2, float("-inf")]]])  # <unk2> cannot come next
+    change = module.step(hidden, logits, torch.zeros(1, 2), torch.tensor([[1, 0]]), torch.ones(1, 2, dtype=torch.bool))
+    assert torch.equal(change, torch.zeros_like(change))  # w = 0 at the start
+    with torch.no_grad():
+        module.rate.fill_(1.0)
+    change = module.step(hidden, logits, torch.zeros(1, 2), torch.tensor([[1, 0]]), torch.ones(1, 2, dtype=torch.bool))
+    assert torch.equal(change[0, 1], torch.zeros(3)) and change[0, 0].abs().sum() > 0
