@@ -296,6 +296,9 @@ class DNTM(nn.Module):
         hidden, logits = sentences.padded(dropped), flat(entity_logits)  # [B * L + 1, H], [B * L + 1, K]
         word_log_norm = flat(torch.logsumexp(word_logits, dim=-1))  # [B * L + 1]
         targets, seen = sentences.padded(batch.target_entity_ids), sentences.padded(batch.entities_seen)
+        # with the new-entity logit in place of <unk{n+1}>'s, that logit holds no row (entity_row_adaptation)
+        replaces_row = self.cfg.dntm.new_entity_score and self.cfg.dntm.new_entity_replaces_static
+        chain_ids = torch.arange(entity_logits.size(-1), device=entity_logits.device)  # [K] 0-based k
         parts, places = [], []
         for s in range(sentences.num_sentences):
             if starts is not None:  # a document starts at sentence s of the row: its rows start unshifted
@@ -308,7 +311,11 @@ class DNTM(nn.Module):
             final = shifted
             if self.cfg.mask_unseen_entities:
                 final = mask_unseen_entities(shifted, seen[index], 0)
-            change = self.row_adaptation.step(h_s, final, word_log_norm[index], targets[index], mask)  # [R, K, H]
+            row_in_logit = None
+            if replaces_row:  # chains seen before each target: their logits hold the row
+                row_in_logit = chain_ids < seen[index].unsqueeze(-1)  # [R, width, K]
+            change = self.row_adaptation.step(h_s, final, word_log_norm[index], targets[index], mask,
+                                              row_in_logit)  # [R, K, H]
             shift = shift.index_add(0, rows, change)
             parts.append(shifted.flatten(0, 1))
             places.append(index.flatten())

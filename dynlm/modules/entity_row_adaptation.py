@@ -17,6 +17,14 @@ empty at a document's start. The update is per sentence, so the scores do not de
 sentences are grouped into steps. As in dynamic evaluation, every identifier that had
 probability gets the ``- p_i(k) h_i`` part, also ``<unk{n+1}>`` before its chain appears (the
 "new chain" slot); identifiers masked out (probability 0) get nothing.
+
+When the new chain's logit is not the row's (``model.dntm.new_entity_replaces_static``: the
+logit of ``<unk{n+1}>`` is the new-entity score alone), the row b_k is not in that logit and
+its gradient there is zero: the ``- p_i(k) h_i`` part is then taken only over chains already
+seen (``row_in_logit``), so the new-entity score's probability mass, large wherever a new chain
+is likely, does not pile up as a negative shift on the row that the next chain will own. The
+first mention still writes ``+ h_i`` (its observed term), as a cache of the chain's first
+context would.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ class EntityRowAdaptation(nn.Module):
         return torch.bmm(hidden, shift.transpose(1, 2))
 
     def step(self, hidden: torch.Tensor, entity_logits: torch.Tensor, word_log_norm: torch.Tensor,
-             target_entities: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+             target_entities: torch.Tensor, mask: torch.Tensor,
+             row_in_logit: torch.Tensor | None = None) -> torch.Tensor:
         """The change of Δb ``[R, K, H]`` after one sentence of R documents.
 
         Args:
@@ -53,9 +62,13 @@ class EntityRowAdaptation(nn.Module):
             word_log_norm: ``[R, P]`` log-sum-exp of the word logits there.
             target_entities: ``[R, P]`` long chain 1..K of each target, 0 for words and padding.
             mask: ``[R, P]`` bool, real positions.
+            row_in_logit: ``[R, P, K]`` bool, where identifier k's logit contains its row (None:
+                everywhere); elsewhere only the observed term counts (see the module docstring).
         """
         log_norm = torch.logaddexp(word_log_norm, torch.logsumexp(entity_logits, dim=-1))  # [R, P]
         probs = torch.exp(entity_logits - log_norm.unsqueeze(-1))  # [R, P, K]  p_i(k)
         observed = F.one_hot(target_entities, entity_logits.size(-1) + 1)[..., 1:].to(probs.dtype)  # [R, P, K]
+        if row_in_logit is not None:
+            probs = probs * row_in_logit.to(probs.dtype)
         error = (observed - probs) * mask.unsqueeze(-1).to(probs.dtype)  # [R, P, K]
         return torch.bmm(error.transpose(1, 2), hidden) * self.rate  # [R, K, H]

@@ -290,6 +290,25 @@ def test_adapted_entity_rows_start_as_the_model_without_them_and_follow_the_pred
     assert state.entity_rows.shape == (1, 3, 8)
 
 
+def test_with_the_new_entity_logit_a_chain_row_stays_unshifted_until_its_first_mention():
+    """The new-entity logit holds no row, so its probability is no error of the next chain's row:
+    Δb_k is zero until chain k's first mention, which writes its hidden state; after it, the
+    usual (1[y_i = k] - p_i(k)) h_i."""
+    settings = {"adapt_entity_rows": True, "new_entity_score": True, "new_entity_replaces_static": True}
+    adapted = _model("both", dntm=settings)
+    with torch.no_grad():
+        adapted.row_adaptation.rate.fill_(1.0)
+    batch = collate_documents([_row("a", DOC_A)], SPEC)
+    sentence = batch.sentences[0]  # <bos> 5 <unk1> 6 7 <eos>: chain 1 appears at its second target
+    output, after = adapted(sentence, adapted.init_state(1))
+    assert torch.equal(after.entity_rows[0, 1:], torch.zeros(2, 8))  # <unk2>, <unk3>: not seen yet
+    probs = torch.softmax(output.padded_logits()[0], dim=-1)[:, SPEC.num_words]  # [P] p_i(<unk1>)
+    targets, seen = sentence.target_entity_ids[0], sentence.entities_seen[0]
+    weight = (targets == 1).float() - probs * (seen >= 1).float()  # [P]: no -p before chain 1 is seen
+    assert weight[0] == 0 and weight[1] == 1  # <bos> -> 5: <unk1> is the new slot; 5 -> <unk1>: its first mention
+    torch.testing.assert_close(after.entity_rows[0, 0], weight @ output.hidden[0], rtol=1e-5, atol=1e-6)
+
+
 def test_the_entity_row_states_are_exclusive_and_not_for_the_factored_output():
     from dynlm.config import ConfigError
 

@@ -44,3 +44,31 @@ def test_a_masked_identifier_gets_no_negative_step_and_the_rate_learns():
         module.rate.fill_(1.0)
     change = module.step(hidden, logits, torch.zeros(1, 2), torch.tensor([[1, 0]]), torch.ones(1, 2, dtype=torch.bool))
     assert torch.equal(change[0, 1], torch.zeros(3)) and change[0, 0].abs().sum() > 0
+
+
+def test_where_the_logit_holds_no_row_only_the_observed_term_counts():
+    """With ``row_in_logit`` False at (i, k) the logit of k there does not contain b_k (the new-entity
+    logit in place of <unk{n+1}>'s): the step is w times the gradient of the rows that are in the
+    logits, plus the observed hidden state wherever such a slot is the target (a first mention)."""
+    torch.manual_seed(2)
+    module = EntityRowAdaptation(4)
+    with torch.no_grad():
+        module.rate.uniform_(0.5, 1.5)
+    hidden = torch.randn(1, 5, 4)
+    word_weight = torch.randn(6, 4)
+    entity_weight = torch.randn(3, 4, requires_grad=True)
+    new_chain_logit = torch.randn(1, 5, 3)  # a score of its own where the row is not in the logit
+    row_in_logit = torch.tensor([[[False, False, False], [True, False, False], [True, False, False],
+                                  [True, True, False], [True, True, False]]])  # chains seen before each target
+    targets = torch.tensor([[6, 6, 7, 7, 2]])  # <unk1> first, again; <unk2> first, again; a word
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    entity_logits = torch.where(row_in_logit, hidden @ entity_weight.T, new_chain_logit)  # [1, 5, 3]
+    logits = torch.cat([hidden @ word_weight.T, entity_logits], dim=-1)
+    log_likelihood = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).sum()
+    (gradient,) = torch.autograd.grad(log_likelihood, entity_weight)  # [3, 4]
+    chains = torch.where(targets >= 6, targets - 5, torch.zeros_like(targets))
+    first_mentions = torch.zeros(3, 4)
+    first_mentions[0], first_mentions[1] = hidden[0, 0], hidden[0, 2]
+    change = module.step(hidden, entity_logits.detach(), torch.logsumexp(hidden @ word_weight.T, -1), chains,
+                         mask, row_in_logit)
+    torch.testing.assert_close(change[0], (gradient + first_mentions) * module.rate.detach(), rtol=1e-5, atol=1e-6)

@@ -50,6 +50,7 @@ def test_dntm_space_has_the_paper_axes():
     space = load_search_space(REPO / "tune_spaces" / "dntm.yaml", base_job=default_job())
     assert space.search["model.dntm.merge_fn"] == {"choice": ["max", "gru", "gru_relu", "latest", "attention"]}
     assert space.search["model.dntm.dynamic"] == {"choice": ["input", "output", "both"]}
+    assert space.search["model.dntm.adapt_entity_rows"] == {"choice": [True, False]}
     assert space.search["data.bpe_merges"] == {"choice": [0, 500, 1000, 5000, 20000]}
     assert space.search["data.gamma"] == {"uniform": [0.5, 1.0]}
     assert space.tune.searcher == "optuna"
