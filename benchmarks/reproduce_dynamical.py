@@ -5,6 +5,8 @@ dynamical LM (Wolf et al., 2018), with one budget, in one run.
     python benchmarks/reproduce_dynamical.py --seed 1               # another static fit and batch order
     python benchmarks/reproduce_dynamical.py --train-articles 60 --max-lines 12 --eval-articles 6 \
         --vocab-size 5000 --hidden 96 --meta-steps 40                # 60 articles (~15 min, 1 thread)
+    python benchmarks/reproduce_dynamical.py --train-articles 200 --meta-articles 320 --max-lines 12 \
+        --eval-articles 10 --vocab-size 8000 --hidden 128 --meta-steps 40  # 200 articles, held-out meta-training (~45 min)
     python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
         --vocab-size 33000 --hidden 256 --meta-steps 600
 
@@ -20,7 +22,9 @@ evaluation before any meta-training), then phi (and theta at lr 3e-4 unless ``--
 is meta-trained on the documents of ``--meta-steps`` batches of ``--batch-size``, read in
 batches of ``--meta-batch-size`` (default 1: lockstep batches over padded paragraphs would update
 less often per token than evaluation does), unroll ``--unroll-steps``; the gate statistics of
-every step are kept. So that all three share one theta budget, (a) is theta_0 trained further on
+every step are kept. With ``--meta-articles N`` the meta-training documents are the next N
+training articles, which theta_0 never saw (otherwise theta_0's own articles, which it already
+fits better than valid: the rule then learns to adapt to text it knows). So that all three share one theta budget, (a) is theta_0 trained further on
 theta alone on the same documents in the same batches (same lr, a fresh Adam like (c)'s) before
 evaluation, and (b) is (a)'s weights with dynamic evaluation, eta and lambda picked on
 validation over a small grid. With ``--select-every N`` (default) (a) and (c) keep the weights of
@@ -98,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="at most this many epochs give theta_0 (the best valid epoch is kept)")
     parser.add_argument("--patience", type=int, default=2, help="theta_0's early stopping (epochs without a better valid ppl)")
     parser.add_argument("--meta-steps", type=int, default=40)
+    parser.add_argument("--meta-articles", type=int, default=0,
+                        help="the extra training of (a) and (c) reads the next N training articles, held out from "
+                             "theta_0's fit (0: the --train-articles that theta_0 was fitted on)")
     parser.add_argument("--seed", type=int, default=0,
                         help="torch seed and batch-order seeds (epoch e of the static fit draws seed 1000*seed + e, "
                              "extra / meta-training epoch e draws 1000*seed + 100 + e); 0 gives the runs reported before")
@@ -137,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 d["sentences"] = d["sentences"][: args.max_lines]
         return docs
 
-    train_docs = clip(read_articles("train", args.train_articles, args.data_dir))
+    train_docs = clip(read_articles("train", args.train_articles + args.meta_articles, args.data_dir))
+    train_docs, held_out_docs = train_docs[: args.train_articles], train_docs[args.train_articles:]
     valid_docs = clip(read_articles("valid", args.eval_articles, args.data_dir))
     test_docs = clip(read_articles("test", args.eval_articles, args.data_dir))
     counts = Counter(w for d in train_docs for s in d["sentences"] for w in s)
@@ -150,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 for d in docs]
 
     train_rows, valid_rows, test_rows = encode(train_docs), encode(valid_docs), encode(test_docs)
+    # what the extra training of (a) and (c) reads: theta_0's own articles, or articles it never saw
+    meta_rows = encode(held_out_docs) if args.meta_articles else train_rows
     train_batches = lambda epoch: [b.to(device) for b in batch_documents(train_rows, spec, args.batch_size, seed=1000 * args.seed + epoch)]
     # evaluation reads each article in chunks of one segment (a segment that spans sentences is then
     # one product with the fast weights, not one per sentence), or sentence by sentence
@@ -157,12 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
     test = [b.to(device) for b in batch_documents(test_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
     tokens = {name: sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows)
-              for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))}
+              for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))
+              + ((("meta", meta_rows),) if args.meta_articles else ())}
     print(f"data: {tokens} target tokens, vocab {spec.output_size}", flush=True)
 
     meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
-    # the training objective, measured in eval mode (no dropout) on the first 2 x --batch-size articles
-    probe_rows = train_rows[: 2 * args.batch_size]
+    # the extra training's objective, measured in eval mode (no dropout) on the first 2 x --batch-size
+    # articles that it reads
+    probe_rows = meta_rows[: 2 * args.batch_size]
     train_probe = [b.to(device) for b in batch_documents(probe_rows, spec, 1, seed=None)]
 
     def extra_training(model, optimizer, cfg, gate_steps=None, curve=None, batch_size=None):
@@ -194,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.select_every:
             checkpoint_on_valid()
         while step < total:
-            for batch in batch_documents(train_rows, spec, batch_size, seed=1000 * args.seed + 100 + epoch):
+            for batch in batch_documents(meta_rows, spec, batch_size, seed=1000 * args.seed + 100 + epoch):
                 batch = batch.to(device)
                 out = train_step(model, batch, optimizer, cfg)
                 losses.append(out["loss"])
@@ -295,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
            f"jointly; (a) is theta_0 trained on theta alone on the same documents at lr {META_THETA_LR:g} "
            f"(fresh Adam, as for (c)), and (b) uses (a)'s weights; (a) and (c) ")
         + f"read the {meta_batches * args.batch_size} documents of {meta_batches} batches of {args.batch_size} "
-        f"in batches of {args.meta_batch_size} (one Adam step per chunk of {args.meta_bptt} paragraphs for (c), 2 for (a)). Valid ppl every {args.select_every} batches of {args.batch_size} "
+        + (f"(drawn from training articles {args.train_articles + 1}-{args.train_articles + args.meta_articles}, "
+           "held out from theta_0's fit) " if args.meta_articles else "(drawn from theta_0's training articles) ")
+        + f"in batches of {args.meta_batch_size} (one Adam step per chunk of {args.meta_bptt} paragraphs for (c), 2 for (a)). Valid ppl every {args.select_every} batches of {args.batch_size} "
         f"(and at step 0) picks the weights kept, for (a) and (c) alike. "
         f"(c): fast weights {args.fast_params}, segment {args.segment_len} tokens, K={args.unroll_steps}, "
         f"meta-training chunks of {args.meta_bptt} paragraphs, linear "
@@ -316,16 +330,16 @@ def main(argv: list[str] | None = None) -> int:
         (v, _), (t, speed) = results[name]
         lines.append(f"| {label} | {v['ppl']:.2f} | {t['ppl']:.2f} | {speed:.0f} | {speed / base_speed:.2f}x |")
     fmt_grid = lambda g: ", ".join(f"eta={p['eta']:g}/lambda={p['lambda']:g}: {p['ppl']:.2f}" for p in g)  # noqa: E731
-    first, last = gate_steps[0], gate_steps[-1]
+    gate_line = ("Gates during meta-training (mean / std over coordinates and updates), first -> last step: "
+                 + ", ".join(f"{gate} {gate_steps[0][f'gate_{gate}_mean']:.3f}/{gate_steps[0][f'gate_{gate}_std']:.3f} -> "
+                             f"{gate_steps[-1][f'gate_{gate}_mean']:.3f}/{gate_steps[-1][f'gate_{gate}_std']:.3f}"
+                             for gate in ("input", "forget")) + "."
+                 if gate_steps else "Gates: no meta-training step reached an update (documents shorter than a segment).")
     lines += ["", f"Check (c0): `dynamic_evaluate` of theta_0's {args.fast_params} weights with the same rule gives test ppl "
               f"{check['ppl']:.4f} (row (c0): {results['init'][1][0]['ppl']:.4f}).",
               "", "(b) grid (valid ppl): " + fmt_grid(grid),
               "", f"(c0) grid, {args.fast_params} weights of theta_0 (valid ppl): " + fmt_grid(init_grid),
-              "", "Gates during meta-training (mean / std over coordinates and updates), first -> last step: "
-              f"input {first['gate_input_mean']:.3f}/{first['gate_input_std']:.3f} -> "
-              f"{last['gate_input_mean']:.3f}/{last['gate_input_std']:.3f}, forget "
-              f"{first['gate_forget_mean']:.3f}/{first['gate_forget_std']:.3f} -> "
-              f"{last['gate_forget_mean']:.3f}/{last['gate_forget_std']:.3f}.",
+              "", gate_line,
               "", f"(c) meta-training: theta {'frozen at theta_0' if args.freeze_theta else f'trained at lr {META_THETA_LR:g}'}, "
               f"dropout {meta_dropout:g}; " + (f"kept step {meta_pick} of {meta_batches * args.batch_size // args.meta_batch_size} (best valid; (a) kept step "
               f"{static_pick}). Curve (step: train-probe ppl / valid ppl, eval mode; train-probe = the first "
