@@ -224,31 +224,7 @@ class DNTM(nn.Module):
         entities = state.entities
         # [B, S] bool: sentence s of the row starts a document (memory emptied before it); None: none does
         starts = sentences.at_first_positions(batch.doc_start) if len(batch.reset_columns) else None
-        snapshots = []  # memory before each sentence, [B, K, D] each
-        if self.dynamic == "none":
-            x = self.lm.input_dropout(x_static)
-        else:
-            x_flat, ids_flat = sentences.padded(x_static), sentences.padded(entity_ids)  # [B * L + 1, E], [B * L + 1]
-            parts, places = [], []  # per sentence s: its rows' input vectors [R * width, E] and flat positions
-            for s in range(sentences.num_sentences):
-                if starts is not None:
-                    entities = reset_memory(entities, ~starts[:, s])
-                snapshots.append(entities.memory)
-                # the rows that have a sentence s, its positions there [R, width] (padding: the spare slot) and
-                # mask, and the most mentions of one chain in it
-                rows, index, mask, repeats = sentences.sentence(s)
-                if rows.numel() == 0:  # an inactive step (a DDP lockstep pad)
-                    continue
-                ids = ids_flat[index]  # [R, width]
-                present = select_memory(entities, rows)
-                x_s = x_flat[index]  # [R, width, E] static b^x
-                if self.use_input:
-                    x_s = x_s + self.input_proj(self._entity_vectors(present.memory, ids))
-                x_s = self.lm.input_dropout(x_s)  # (a mask per document and sentence)
-                entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask, repeats))
-                parts.append(x_s.flatten(0, 1))
-                places.append(index.flatten())
-            x = sentences.assemble(parts, places, x_static) if parts else torch.zeros_like(x_static)  # [B, L, E]
+        x, entities, snapshots = self._read_sentences(sentences, x_static, entity_ids, entities, starts)  # part 1
         hidden, rnn_state = self.lm.run_rnn(x, state.rnn, batch.lengths, batch)  # [B, L, H], one pass (split where a document starts)
         positions = real_positions(batch.lengths, hidden.size(1), hidden.device)  # [N] or None: no padding
         dropped = self.lm.output_dropout(hidden)  # [B, L, H]
@@ -275,6 +251,38 @@ class DNTM(nn.Module):
                                                                  word_logits, entity_logits, entity_rows)
         logits = self.lm.join_logits(word_logits, entity_logits, batch, positions, at_real)  # [N, V_out], the entity mask applied
         return LMOutput(logits=logits, hidden=hidden, positions=positions), DNTMState(rnn_state, entities, entity_rows)
+
+    def _read_sentences(self, sentences: "_SentenceIndex", x_static: torch.Tensor, entity_ids: torch.Tensor,
+                        entities: EntityMemoryState, starts: torch.Tensor | None,
+                        ) -> tuple[torch.Tensor, EntityMemoryState, list[torch.Tensor]]:
+        """Part 1 of ``forward_step``: the input vectors ``[B, L, E]`` sentence by sentence, the memory
+        after the step's mentions, and the memory before each sentence (``[B, K, D]`` each; none when
+        ``dynamic="none"``: the inputs are then the static vectors with input dropout)."""
+        snapshots = []  # memory before each sentence, [B, K, D] each
+        if self.dynamic == "none":
+            return self.lm.input_dropout(x_static), entities, snapshots
+        x_flat, ids_flat = sentences.padded(x_static), sentences.padded(entity_ids)  # [B * L + 1, E], [B * L + 1]
+        parts, places = [], []  # per sentence s: its rows' input vectors [R * width, E] and flat positions
+        for s in range(sentences.num_sentences):
+            if starts is not None:
+                entities = reset_memory(entities, ~starts[:, s])
+            snapshots.append(entities.memory)
+            # the rows that have a sentence s, its positions there [R, width] (padding: the spare slot) and
+            # mask, and the most mentions of one chain in it
+            rows, index, mask, repeats = sentences.sentence(s)
+            if rows.numel() == 0:  # an inactive step (a DDP lockstep pad)
+                continue
+            ids = ids_flat[index]  # [R, width]
+            present = select_memory(entities, rows)
+            x_s = x_flat[index]  # [R, width, E] static b^x
+            if self.use_input:
+                x_s = x_s + self.input_proj(self._entity_vectors(present.memory, ids))
+            x_s = self.lm.input_dropout(x_s)  # (a mask per document and sentence)
+            entities = update_memory(entities, rows, self._merge_sentence(present, x_s, ids, mask, repeats))
+            parts.append(x_s.flatten(0, 1))
+            places.append(index.flatten())
+        x = sentences.assemble(parts, places, x_static) if parts else torch.zeros_like(x_static)  # [B, L, E]
+        return x, entities, snapshots
 
     def _adapt_entity_rows(self, sentences: "_SentenceIndex", starts: torch.Tensor | None, batch,
                            positions: torch.Tensor | None, dropped: torch.Tensor, word_logits: torch.Tensor,
