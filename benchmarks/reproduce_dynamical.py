@@ -24,9 +24,9 @@ batches of ``--meta-batch-size`` (default 1: lockstep batches over padded paragr
 less often per token than evaluation does), unroll ``--unroll-steps``; the gate statistics of
 every step are kept. With ``--meta-articles N`` the meta-training documents are the next N
 training articles, which theta_0 never saw (otherwise theta_0's own articles, which it already
-fits better than valid: the rule then learns to adapt to text it knows). So that all three share one theta budget, (a) is theta_0 trained further on
-theta alone on the same documents in the same batches (same lr, a fresh Adam like (c)'s) before
-evaluation, and (b) is (a)'s weights with dynamic evaluation, eta and lambda picked on
+fits better than valid: the rule then learns to adapt to text it knows). So that all three share
+one theta budget, (a) is theta_0 trained further on theta alone on the same documents in the
+same batches (same lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a)'s weights with dynamic evaluation, eta and lambda picked on
 validation over a small grid. With ``--select-every N`` (default) (a) and (c) keep the weights of
 their best valid ppl among step 0 and every N batches (validation-based selection, also of phi).
 Validation/test use the first ``--eval-articles`` articles of each split, read one article at a
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
               "", f"(c) meta-training: theta {'frozen at theta_0' if args.freeze_theta else f'trained at lr {META_THETA_LR:g}'}, "
               f"dropout {meta_dropout:g}; " + (f"kept step {meta_pick} of {meta_batches * args.batch_size // args.meta_batch_size} (best valid; (a) kept step "
               f"{static_pick}). Curve (step: train-probe ppl / valid ppl, eval mode; train-probe = the first "
-              f"{sum(b.batch_size for b in train_probe)} training articles): "
+              f"{sum(b.batch_size for b in train_probe)} {'held-out ' if args.meta_articles else ''}training articles that it reads): "
               + ", ".join(f"{st}: {tr:.1f} / {v:.1f}" for st, tr, v, *_ in meta_curve)
               + ". Mean loss per train-probe article (the objective of a meta-step over one whole article): "
               + ", ".join(f"{st}: {dm:.4f}" for st, _, _, _, dm in meta_curve)
