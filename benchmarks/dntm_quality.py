@@ -20,6 +20,8 @@ entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exa
   against the current one (``model.dntm.mention_cache``), also for ``rnn`` (``dynamic: none``);
   "adapted entity rows": the entity output rows stepped per document after every sentence on the
   model's own errors with a learned rate (``model.dntm.adapt_entity_rows``), also for ``rnn``;
+  "per token": the same rows also stepped after every position inside a sentence
+  (``model.dntm.entity_row_step: token``);
   the best DNTM row again with dynamic evaluation
   (``--no-dynamic-eval``: without the dynamic-evaluation rows).
 
@@ -80,6 +82,13 @@ DNTM_ROWS = {  # row name -> model.dntm settings (+ ENTITY_CLASS: model.entity_c
     "dntm both + adapted entity rows": {"dynamic": "both", "adapt_entity_rows": True},
     "dntm both + new-entity logit + adapted entity rows": {"dynamic": "both", "new_entity_score": True,
                                                            "new_entity_replaces_static": True, "adapt_entity_rows": True},
+    # "per token": the shift also moves inside a sentence (model.dntm.entity_row_step: token)
+    "rnn + adapted entity rows per token": {"dynamic": "none", "adapt_entity_rows": True, "entity_row_step": "token"},
+    "dntm both + adapted entity rows per token": {"dynamic": "both", "adapt_entity_rows": True,
+                                                  "entity_row_step": "token"},
+    "dntm both + new-entity logit + adapted entity rows per token": {
+        "dynamic": "both", "new_entity_score": True, "new_entity_replaces_static": True, "adapt_entity_rows": True,
+        "entity_row_step": "token"},
 }
 DYNAMIC_EVAL_ETAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 DYNAMIC_EVAL_LAMBDAS = (0.0, 2e-3, 2e-2)
@@ -114,6 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-dir", type=Path, default=None,
                         help="write each trained row as a dynlm checkpoint <save-dir>/<row>.pt (dynlm.checkpoint.save; "
                              "the plain-stream row is saved as its RNNLM inside a dntm config with dynamic 'none')")
+    parser.add_argument("--load-dir", type=Path, default=None,
+                        help="score the checkpoints an earlier --save-dir run wrote (same data flags) instead of "
+                             "training: every row run needs its <load-dir>/<row>.pt")
     return parser.parse_args(argv)
 
 
@@ -242,9 +254,38 @@ def save_row(args, spec, name: str, model) -> Path:
         wrapper = build_model(model_config(args, dntm), spec)
         wrapper.lm.load_state_dict(model.state_dict())
         model = wrapper
-    slug = "".join(c if c.isalnum() else "_" for c in name).strip("_")
-    return checkpoint.save(args.save_dir / f"{slug}.pt", model, model_config(args, dntm), spec,
+    return checkpoint.save(args.save_dir / row_file(name), model, model_config(args, dntm), spec,
                            {"row": name, "seed": args.seed, "lr_schedule": args.lr_schedule})
+
+
+def row_file(name: str) -> str:
+    """The checkpoint file of a row: its name with spaces and '+' made plain."""
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_") + ".pt"
+
+
+def load_row(args, spec, name: str):
+    """The model an earlier ``--save-dir`` run saved for row ``name`` (its vocabulary must be this run's)."""
+    model, _, saved_spec, _ = checkpoint.load(args.load_dir / row_file(name))
+    if saved_spec != spec:
+        raise SystemExit(f"{args.load_dir / row_file(name)} was trained with another vocabulary: pass its data flags")
+    return model.eval()
+
+
+def same_sentence_reappearances(split_rows: list[dict]) -> tuple[int, int]:
+    """(re-appearing mentions, those whose chain's previous mention is in the same sentence): what a
+    per-sentence update of the entity state cannot use (``model.dntm.entity_row_step``)."""
+    total = same = 0
+    for row in split_rows:
+        sentence_of = [s for s, length in enumerate(row["sentence_lengths"]) for _ in range(length)]
+        last: dict[int, int] = {}  # chain -> sentence of its latest mention
+        for position, chain in enumerate(row["entity_ids"]):
+            if chain <= 0:
+                continue
+            if chain in last:
+                total += 1
+                same += last[chain] == sentence_of[position]
+            last[chain] = sentence_of[position]
+    return total, same
 
 
 def format_table(results: list[tuple[str, dict]]) -> str:
@@ -264,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     pre, rows, stats = load_litbank(args)
     spec = pre.spec
     print(f"data: {stats}", flush=True)
+    within = {split: same_sentence_reappearances(rows[split]) for split in ("valid", "test")}
+    print("re-appearing mentions after one in the same sentence: " + ", ".join(
+        f"{split} {same}/{total}" for split, (total, same) in within.items()), flush=True)
     results: list[tuple[str, dict]] = []
     notes: list[str] = []
     models = {}
@@ -276,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and name not in wanted:
             return
         since = time.perf_counter()
-        models[name] = build()
-        if args.save_dir is not None:
+        models[name] = load_row(args, spec, name) if args.load_dir is not None else build()
+        if args.save_dir is not None and args.load_dir is None:
             save_row(args, spec, name, models[name])
         record(name, evaluate(models[name], _batches(rows["test"], spec, args, None)), since)
         if ood_rows is not None:
@@ -314,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Test target counts {counts}. Model {args.num_layers} x {args.hidden_dim} LSTM, embed {args.embed_dim}, dropout "
         f"{args.dropout}; {args.epochs} epochs, lr {args.lr}; dynlm rows: {args.lr_schedule} schedule, batch {args.batch_size} documents, BPTT "
         f"{args.bptt_sentences} sentences; plain stream: {args.stream_batch} x {args.stream_bptt} tokens. "
-        f"{args.threads} thread(s), {(time.perf_counter() - started) / 60:.1f} min.",
+        f"{args.threads} thread(s), {(time.perf_counter() - started) / 60:.1f} min. Re-appearing mentions whose "
+        "chain's previous mention is in the same sentence: " + ", ".join(
+            f"{split} {same} of {total} ({same / max(total, 1):.0%})" for split, (total, same) in within.items()) + ".",
         "", table, "", *notes, ""]
         + (["", f"Out of domain: every document of `{args.ood_dir}` ({len(ood_rows)} documents), static scores:",
             "", format_table(ood_results), ""] if ood_rows is not None else []))

@@ -30,9 +30,11 @@ every model type). Two kinds of model need care for that:
 Other models (the RNN LM) are cut at exactly ``segment_len`` tokens, across sentence ends.
 
 Which weights adapt: every trainable one by default, except those a model declares static for
-dynamic evaluation (``dynamic_eval_static_params``). The DNTM declares its W_dy: each entity's
-dynamic score is ``h . W_dy d_e``, so a step on W_dy moves every entity score at once; adapting
-it hurt re-appearing entities and diverged at eta = 1e-2 (issue 18). ``names=`` chooses explicitly.
+dynamic evaluation (``dynamic_eval_static_params``). The DNTM declares every weight outside its
+LM (``lm.*``) static: a step on W_dy (each entity's dynamic score is ``h . W_dy d_e``) moves every
+entity score at once, hurt re-appearing entities and diverged at eta = 1e-2, and steps on the
+memory side (W_dx, context encoder, merge) change every chain's dynamic embedding at once and cost
+re-appearing entities too (issue 18). ``names=`` chooses explicitly.
 
 ``eta`` and ``lambda`` matter a lot and depend on the model: :func:`choose_dynamic_eval` picks
 them on validation data from a small grid (``DEFAULT_ETAS`` x ``DEFAULT_LAMBDAS``).
@@ -87,7 +89,7 @@ def _trainable(model: nn.Module) -> dict[str, nn.Parameter]:
 
 def default_adapted_names(model: nn.Module) -> list[str]:
     """The weights dynamic evaluation adapts when not told: every trainable one except those the
-    model declares static for it (``dynamic_eval_static_params``: the DNTM's W_dy)."""
+    model declares static for it (``dynamic_eval_static_params``: the DNTM's weights outside ``lm.*``)."""
     static = set(getattr(model, "dynamic_eval_static_params", ()))
     return [name for name in _trainable(model) if name not in static]
 

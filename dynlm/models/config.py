@@ -34,6 +34,10 @@ class DNTMSettings(Config):
     # the entity output rows adapted per document after every sentence by a learned step on the
     # model's own prediction errors (dynlm.modules.entity_row_adaptation; beyond the paper)
     adapt_entity_rows: bool = False
+    # with adapt_entity_rows: "token" also moves the shift after every position inside a sentence
+    # (a chain mentioned earlier in the same sentence counts at once; the per-sentence step at its
+    # end). No effect without adapt_entity_rows, so that a search can switch the rows on and off.
+    entity_row_step: Literal["sentence", "token"] = "sentence"
 
 
 @dataclass

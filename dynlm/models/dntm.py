@@ -15,7 +15,8 @@ reused as is (embedding, recurrent layers, output layer); the DNTM adds
   the hidden states that predicted each chain's mentions (``mention_cache``,
   :mod:`dynlm.modules.mention_cache`), or the rows adapted after every sentence by a learned
   step on the model's own prediction errors (``adapt_entity_rows``,
-  :mod:`dynlm.modules.entity_row_adaptation`: dynamic evaluation of ``<unk{k}>``, learned);
+  :mod:`dynlm.modules.entity_row_adaptation`: dynamic evaluation of ``<unk{k}>``, learned), and
+  with ``entity_row_step="token"`` also after every position inside a sentence;
 * after each sentence, a context encoder (:mod:`dynlm.modules.context_encoder`) gives a context
   vector d'_e for every mention, merged into d_e in sentence order
   (:mod:`dynlm.modules.entity_memory`).
@@ -114,12 +115,20 @@ class DNTM(nn.Module):
     needs_whole_sentences = True
     # A row may hold several documents: the LM state and the memory are reset where one starts.
     supports_packed_documents = True
-    # Dynamic evaluation leaves W_dy static unless told otherwise (dynlm.dynamic_eval): every
-    # entity's dynamic score is the bilinear form h . W_dy d_e, so one RMS-normalised step moves
-    # all H x D coordinates of W_dy together and shifts every entity score at once. Measured
-    # (issue 18, benchmarks/results/dntm_quality.md): adapting it makes re-appearing entities
-    # worse than no adaptation at eta 3e-3 and diverges at 1e-2; without it eta 1e-2 is stable.
-    dynamic_eval_static_params = ("output_proj.weight",)
+    @property
+    def dynamic_eval_static_params(self) -> tuple[str, ...]:
+        """What dynamic evaluation leaves static unless told otherwise (dynlm.dynamic_eval): every
+        weight outside the LM (``lm.*``: embedding, recurrent layers, output layer), i.e. W_dx, W_dy,
+        the context encoder, the merge, the new-entity score and the rate of the adapted rows.
+
+        Measured (issue 18, benchmarks/results/dntm_quality.md): W_dy (``h . W_dy d_e``: one step
+        shifts every entity score at once) makes re-appearing entities worse than no adaptation and
+        diverges at eta 1e-2; the other memory-side weights change every chain's dynamic embedding
+        at once and cost re-appearing entities too. On the embedded default's model at the issue's
+        size, adapting ``lm.*`` only has the lowest validation perplexity of the groups tried at
+        both seeds, and is below ``rnn`` + dynamic evaluation on re-appearing entities at both.
+        """
+        return tuple(name for name, _ in self.named_parameters() if not name.startswith("lm."))
 
     def __init__(self, cfg: ModelConfig, spec: VocabSpec):
         super().__init__()
@@ -322,9 +331,10 @@ class DNTM(nn.Module):
             row_in_logit = None
             if replaces_row:  # chains seen before each target: their logits hold the row
                 row_in_logit = chain_ids < seen[index].unsqueeze(-1)  # [R, width, K]
-            change = self.row_adaptation.step(h_s, final, word_log_norm[index], targets[index], mask,
-                                              row_in_logit)  # [R, K, H]
-            shift = shift.index_add(0, rows, change)
+            error = self.row_adaptation.errors(final, word_log_norm[index], targets[index], mask, row_in_logit)
+            shift = shift.index_add(0, rows, self.row_adaptation.change(h_s, error))  # + [R, K, H]
+            if self.cfg.dntm.entity_row_step == "token":  # the sentence's earlier positions count at once
+                shifted = shifted + self.row_adaptation.within_sentence_scores(h_s, error)
             parts.append(shifted.flatten(0, 1))
             places.append(index.flatten())
         if not parts:

@@ -305,21 +305,22 @@ def _weights_while_reading(model, batch, stats, names):
     return moved
 
 
-def test_dntm_dynamic_evaluation_leaves_w_dy_static_unless_named():
-    """The DNTM declares W_dy (``output_proj.weight``) static for dynamic evaluation: by default
-    every other trainable weight adapts and W_dy does not; named explicitly, it adapts too."""
+def test_dntm_dynamic_evaluation_adapts_the_lm_weights_only_unless_named():
+    """The DNTM declares every weight outside its LM static for dynamic evaluation (W_dy, W_dx, the
+    context encoder, the merge): by default ``lm.*`` adapts and they do not; named, they adapt too."""
     from dynlm.dynamic_eval import default_adapted_names
 
     spec, stats_batch, eval_batch, _ = _synth_data()
     model = _model_of_type("dntm_both", spec)
     stats = collect_grad_stats(model, [stats_batch], segment_len=7)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert default_adapted_names(model) == [n for n in trainable if n != "output_proj.weight"]
+    assert default_adapted_names(model) == [n for n in trainable if n.startswith("lm.")]
+    assert {"output_proj.weight", "input_proj.weight", "merge.cell.weight_ih"} <= set(model.dynamic_eval_static_params)
     moved = _weights_while_reading(model, eval_batch, stats, names=None)
-    assert moved["output_proj.weight"] == 0.0
-    assert all(moved[n] > 0 for n in ("lm.decoder.weight", "input_proj.weight", "merge.cell.weight_ih",
-                                      "context_encoder.proj.weight"))
+    assert all(moved[n] == 0.0 for n in ("output_proj.weight", "input_proj.weight", "merge.cell.weight_ih",
+                                         "context_encoder.proj.weight"))
+    assert all(moved[n] > 0 for n in ("lm.decoder.weight", "lm.embedding.word.weight", "lm.rnn.weight_hh_l0"))
     moved = _weights_while_reading(model, eval_batch, stats, names=trainable)
-    assert moved["output_proj.weight"] > 0
+    assert moved["output_proj.weight"] > 0 and moved["merge.cell.weight_ih"] > 0
     rnn = _model_of_type("rnn", spec)
     assert default_adapted_names(rnn) == [n for n, p in rnn.named_parameters() if p.requires_grad]

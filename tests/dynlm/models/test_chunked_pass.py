@@ -29,7 +29,9 @@ DNTM_CASES += [dict(dynamic="both", merge_fn="gru", new_entity_score=True, gate_
                dict(dynamic="both", merge_fn="gru", adapt_entity_rows=True),
                dict(dynamic="both", merge_fn="max", new_entity_score=True, new_entity_replaces_static=True,
                     adapt_entity_rows=True),
-               dict(dynamic="none", merge_fn="gru", adapt_entity_rows=True)]
+               dict(dynamic="none", merge_fn="gru", adapt_entity_rows=True),
+               dict(dynamic="both", merge_fn="gru", new_entity_score=True, new_entity_replaces_static=True,
+                    adapt_entity_rows=True, entity_row_step="token")]
 CASES = [dict(type="rnn"), dict(type="rnn", backbone="gru")] + [dict(type="dntm", dntm=case) for case in DNTM_CASES]
 
 

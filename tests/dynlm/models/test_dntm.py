@@ -309,6 +309,39 @@ def test_with_the_new_entity_logit_a_chain_row_stays_unshifted_until_its_first_m
     torch.testing.assert_close(after.entity_rows[0, 0], weight @ output.hidden[0], rtol=1e-5, atol=1e-6)
 
 
+def test_rows_stepped_per_token_end_each_sentence_where_the_per_sentence_step_does():
+    """``entity_row_step: token``: inside a sentence position t adds h_t · (w ⊙ sum_{i<t} e_i h_i) to
+    the entity logits (a chain mentioned earlier in the sentence counts at once); the state after
+    every sentence, the word logits and the first position of each sentence are the per-sentence model's."""
+    settings = {"adapt_entity_rows": True, "new_entity_score": True, "new_entity_replaces_static": True}
+    per_sentence = _model("both", dntm=settings)
+    per_token = _model("both", dntm={**settings, "entity_row_step": "token"})
+    with torch.no_grad():
+        per_sentence.row_adaptation.rate.fill_(1.0)
+    per_token.load_state_dict(per_sentence.state_dict())
+    rows = [_row("a", DOC_A), _row("b", DOC_B)]
+    (ours, our_state), (theirs, their_state) = _run(per_token, rows), _run(per_sentence, rows)
+    torch.testing.assert_close(our_state.entity_rows, their_state.entity_rows, rtol=1e-5, atol=1e-6)
+    words = slice(0, SPEC.num_words)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a[..., words], b[..., words]) and torch.equal(a[:, 0], b[:, 0])
+    # sentence 1 of doc a: <bos> 5 <unk1> 6 7 <eos>; <unk1> is first mentioned at target 1, so from
+    # position 2 on its logit moves by h_t · (w ⊙ e_1(<unk1>) h_1) (and by the -p terms before it)
+    assert not torch.equal(ours[0][0, 2:, E1], theirs[0][0, 2:, E1])
+    batch = collate_documents(rows, SPEC)
+    output, _ = per_sentence(batch.sentences[0], per_sentence.init_state(2))
+    logits, hidden = output.padded_logits()[0], output.hidden[0]  # doc a, [P, V], [P, H]
+    probs = torch.softmax(logits, dim=-1)[:, SPEC.num_words:]  # [P, K]
+    sentence = batch.sentences[0]
+    seen, targets = sentence.entities_seen[0], sentence.target_entity_ids[0]
+    observed = torch.nn.functional.one_hot(targets, 4)[:, 1:].float()  # [P, K]
+    error = observed - probs * (torch.arange(3) < seen.unsqueeze(-1)).float()  # [P, K]: -p over seen chains only
+    length = int(sentence.lengths[0])
+    for t in range(1, length):
+        expected = theirs[0][0, t, E1] + (error[:t, 0] * (hidden[:t] @ hidden[t])).sum()
+        torch.testing.assert_close(ours[0][0, t, E1], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_the_entity_row_states_are_exclusive_and_not_for_the_factored_output():
     from dynlm.config import ConfigError
 
@@ -316,3 +349,7 @@ def test_the_entity_row_states_are_exclusive_and_not_for_the_factored_output():
         dntm_small(dntm={"mention_cache": True, "adapt_entity_rows": True})
     with pytest.raises(ConfigError, match="entity_class_output"):
         dntm_small(entity_class_output=True, dntm={"adapt_entity_rows": True})
+    # the per-token step is inert without the rows (a search may switch them off under it)
+    plain, stepped = _model("both"), _model("both", dntm={"entity_row_step": "token"})
+    rows = [_row("a", DOC_A)]
+    assert all(torch.equal(a, b) for a, b in zip(_run(stepped, rows)[0], _run(plain, rows)[0]))

@@ -29,6 +29,9 @@ MODEL_CONFIGS = {
     "dntm_both_adapted_entity_rows": lambda: dntm_small(
         embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "new_entity_score": True,
                                            "new_entity_replaces_static": True, "adapt_entity_rows": True}),
+    "dntm_both_adapted_entity_rows_per_token": lambda: dntm_small(
+        embed_dim=16, hidden_dim=16, dntm={"dynamic": "both", "merge_fn": "gru", "adapt_entity_rows": True,
+                                           "entity_row_step": "token"}),
     "rnn_entity_class": lambda: rnn_lm_small(embed_dim=16, hidden_dim=16, entity_class_output=True),
     "dntm_both_new_entity_logit_entity_class": lambda: dntm_small(
         embed_dim=16, hidden_dim=16, entity_class_output=True,

@@ -72,3 +72,19 @@ def test_where_the_logit_holds_no_row_only_the_observed_term_counts():
     change = module.step(hidden, entity_logits.detach(), torch.logsumexp(hidden @ word_weight.T, -1), chains,
                          mask, row_in_logit)
     torch.testing.assert_close(change[0], (gradient + first_mentions) * module.rate.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_within_a_sentence_position_t_reads_the_shift_stepped_on_the_positions_before_it():
+    """sum_{i < t} e_i(k) (w ⊙ h_i) · h_t: at t the rows are those of the per-sentence step taken
+    over positions 0..t-1 only (by hand, one position at a time)."""
+    torch.manual_seed(3)
+    module = EntityRowAdaptation(4)
+    with torch.no_grad():
+        module.rate.uniform_(-1.0, 1.0)
+    hidden, error = torch.randn(2, 5, 4), torch.randn(2, 5, 3)
+    scores = module.within_sentence_scores(hidden, error)  # [2, 5, 3]
+    for t in range(5):
+        partial = module.change(hidden[:, :t], error[:, :t])  # [2, 3, 4]: the step over positions < t
+        torch.testing.assert_close(scores[:, t], EntityRowAdaptation.scores(hidden[:, t:t + 1], partial)[:, 0],
+                                   rtol=1e-5, atol=1e-6)
+    assert torch.equal(scores[:, 0], torch.zeros(2, 3))  # nothing before the first position
