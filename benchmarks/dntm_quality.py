@@ -264,11 +264,12 @@ def row_file(name: str) -> str:
 
 
 def load_row(args, spec, name: str):
-    """The model an earlier ``--save-dir`` run saved for row ``name`` (its vocabulary must be this run's)."""
+    """The model (in eval mode) an earlier ``--save-dir`` run saved for row ``name`` (its vocabulary
+    must be this run's)."""
     model, _, saved_spec, _ = checkpoint.load(args.load_dir / row_file(name))
     if saved_spec != spec:
         raise SystemExit(f"{args.load_dir / row_file(name)} was trained with another vocabulary: pass its data flags")
-    return model.eval()
+    return model
 
 
 def same_sentence_reappearances(split_rows: list[dict]) -> tuple[int, int]:

@@ -320,15 +320,18 @@ def test_rows_stepped_per_token_end_each_sentence_where_the_per_sentence_step_do
         per_sentence.row_adaptation.rate.fill_(1.0)
     per_token.load_state_dict(per_sentence.state_dict())
     rows = [_row("a", DOC_A), _row("b", DOC_B)]
-    (ours, our_state), (theirs, their_state) = _run(per_token, rows), _run(per_sentence, rows)
-    torch.testing.assert_close(our_state.entity_rows, their_state.entity_rows, rtol=1e-5, atol=1e-6)
+    (ours, _), (theirs, _) = _run(per_token, rows), _run(per_sentence, rows)
+    batch = collate_documents(rows, SPEC)
+    for count in range(1, len(batch.sentences) + 1):  # the state after every sentence
+        _, our_state = per_token(batch.sentences[:count], per_token.init_state(2))
+        _, their_state = per_sentence(batch.sentences[:count], per_sentence.init_state(2))
+        torch.testing.assert_close(our_state.entity_rows, their_state.entity_rows, rtol=1e-5, atol=1e-6)
     words = slice(0, SPEC.num_words)
     for a, b in zip(ours, theirs):
         assert torch.equal(a[..., words], b[..., words]) and torch.equal(a[:, 0], b[:, 0])
     # sentence 1 of doc a: <bos> 5 <unk1> 6 7 <eos>; <unk1> is first mentioned at target 1, so from
     # position 2 on its logit moves by h_t · (w ⊙ e_1(<unk1>) h_1) (and by the -p terms before it)
     assert not torch.equal(ours[0][0, 2:, E1], theirs[0][0, 2:, E1])
-    batch = collate_documents(rows, SPEC)
     output, _ = per_sentence(batch.sentences[0], per_sentence.init_state(2))
     logits, hidden = output.padded_logits()[0], output.hidden[0]  # doc a, [P, V], [P, H]
     probs = torch.softmax(logits, dim=-1)[:, SPEC.num_words:]  # [P, K]
