@@ -164,9 +164,10 @@ def corpus_rows(args) -> tuple[VocabSpec, list[dict]]:
         return pre.spec, [row for split in ("train", "valid", "test") for row in splits[split]]
     from collections import Counter
 
+    from reproduce_dynamical import DATA, read_articles
+
     from dynlm.data.config import DataConfig
     from dynlm.data.preprocessor import Preprocessor
-    from reproduce_dynamical import DATA, read_articles
 
     docs = read_articles("train", args.max_docs, Path(args.data_dir or DATA))
     for doc in docs:

@@ -77,14 +77,14 @@ def main() -> None:
         model = build_naming_model(NamingModelConfig(type=model_type), spec).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-        def train() -> None:
+        def train(model=model, optimizer=optimizer) -> None:  # this iteration's model (bound now)
             for batch in batches:
                 optimizer.zero_grad(set_to_none=True)
                 nce_loss(model(batch)).mean().backward()
                 optimizer.step()
             synchronize()
 
-        def suggest() -> None:
+        def suggest(model=model) -> None:
             model.suggest(batches[0])
             synchronize()
 

@@ -54,7 +54,6 @@ def main() -> None:
 
     from dynlm.data.config import DataConfig
     from pipelines.prepare import prepare
-
     from pipelines.ray_env import init_ray
 
     init_ray(log_to_driver=False)  # never a stale `ray start` address (ray.init() would wait on it)

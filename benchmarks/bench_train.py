@@ -68,8 +68,8 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
 
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
-    from dynlm.training import set_seed, train_step
     from dynlm.tasks.lm import LMTask
+    from dynlm.training import set_seed, train_step
     from pipelines.train import SORT_BUFFER_BATCHES
 
     cfg = job.train

@@ -49,10 +49,9 @@ def main() -> None:
     from dynlm.search.space_file import from_mapping
     from pipelines import tracking
     from pipelines.defaults import default_job
+    from pipelines.ray_env import init_ray
     from pipelines.train import run_training
     from pipelines.tune import prepare_all, run_search
-
-    from pipelines.ray_env import init_ray
 
     init_ray(num_cpus=args.num_cpus, include_dashboard=True, log_to_driver=False)  # a fresh local Ray
     write_conll(SynthConfig(num_documents=args.documents, docs_per_file=20), tmp / "synth")

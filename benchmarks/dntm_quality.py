@@ -226,10 +226,11 @@ def with_dynamic_evaluation(model, spec, rows, args) -> tuple[dict, dict]:
 
 def load_out_of_domain(args, pre) -> list[dict]:
     """Every document of ``args.ood_dir``, anonymized and cut as LitBank is, encoded with ``pre``."""
+    from reproduce_dntm import _cut
+
     from dynlm.data.anonymize import anonymize
     from dynlm.data.readers import parse_file
     from dynlm.data.schema import Quarantined
-    from reproduce_dntm import _cut
 
     rows = []
     for path in sorted(args.ood_dir.glob("*.conll")):

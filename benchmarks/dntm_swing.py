@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dntm_quality import DNTM_ROWS, _batches, model_config, parse_args as quality_args  # noqa: E402
+from dntm_quality import DNTM_ROWS, _batches, model_config  # noqa: E402
+from dntm_quality import parse_args as quality_args
 from reproduce_dntm import load_litbank  # noqa: E402
 
 from dynlm.data.batching import KIND_REAPPEAR  # noqa: E402

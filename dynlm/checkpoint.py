@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from typing import Any
-
 from dynlm.tasks import DEFAULT_TASK, get_task
-
 
 _PLAIN = (str, int, float, bool, type(None), torch.Tensor)
 

@@ -34,8 +34,7 @@ from torch import nn
 
 from dynlm.config import Config, ConfigError
 from dynlm.data.batching import DocumentBatch
-from dynlm.distributed import (all_gather_floats, all_reduce_values, parameter_checksum,
-                               reduce_evaluation)
+from dynlm.distributed import all_gather_floats, all_reduce_values, parameter_checksum, reduce_evaluation
 from dynlm.losses import chunk_loss, token_nll
 from dynlm.metrics import MetricAccumulator, perplexity
 from dynlm.optim import LRSchedule, build_optimizer

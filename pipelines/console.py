@@ -198,7 +198,6 @@ class TrainingConsole:
 
     def __enter__(self) -> TrainingConsole:
         import ray
-
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         # on the driver's node: a worker node that dies (and is replaced) must not take it along

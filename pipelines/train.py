@@ -45,11 +45,10 @@ import torch
 
 from dynlm import checkpoint as dynlm_checkpoint
 from dynlm import faults, storage
-from dynlm.config import Config
+from dynlm.config import Config, seconds_from_env
 from dynlm.data.batching import PACKED_GROUP_BATCHES, per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
-from dynlm.config import seconds_from_env
 from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit

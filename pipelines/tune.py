@@ -34,12 +34,19 @@ from typing import Any
 
 from dynlm import faults, storage
 from dynlm.data.config import CORPUS_FIELDS
-from dynlm.search.report import TrialSummary, best_trial, error_line, finished_trials, format_table
-from dynlm.search.report import results_csv, results_figure
+from dynlm.search.report import (
+    TrialSummary,
+    best_trial,
+    error_line,
+    finished_trials,
+    format_table,
+    results_csv,
+    results_figure,
+)
 from dynlm.search.space import TRIAL_DRIVER_CPUS, SearchSpace, check_trials_fit, data_configs, describe
 from dynlm.search.space_file import from_resolved
-from dynlm.tasks import get_task
 from dynlm.search.trials import trial_job, trials_base
+from dynlm.tasks import get_task
 from pipelines.search_space import scheduler, searcher, to_param_space
 
 SIDECAR = "dynlm_search.json"

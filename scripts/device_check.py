@@ -24,12 +24,12 @@ import torch.multiprocessing as mp
 
 from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
-from dynlm.tasks.local import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.distributed import EveryParameterUsed
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.optim import build_optimizer
+from dynlm.tasks.local import prepare_local
 from dynlm.training import TrainConfig, evaluate, set_seed, train_step
 from scripts.gpu_sampler import GpuSampler
 

@@ -1,16 +1,158 @@
-"""Shared fixtures: one local Ray per test session, MLflow on SQLite, a moto S3 bucket, the shared corpora."""
+"""Shared fixtures and the suite's two tiers.
+
+Tiers are chosen by what a test starts, not by hand (``docs/ARCHITECTURE.md``, "Tests"):
+
+- ``unit``: pure Python / torch in this process. No Ray, no subprocess, no server.
+  ``make test-fast`` runs this tier.
+- ``e2e``: a test that uses a fixture which starts something: the session's local Ray
+  (``ray_session``), child processes (``processes``, ``gloo_ranks``), a real ``mlflow server``
+  (``mlflow_server``), or a fixture built on one of them (a prepared corpus, a trained champion).
+  ``make test`` (CI, the README's test command) runs both tiers.
+
+Two checks keep the tiers honest:
+
+- a ``unit`` test that starts a process anyway (``subprocess``, ``os.fork``/``posix_spawn``) fails
+  and names the command: it must use the ``processes`` fixture, which puts it in ``e2e`` and stops
+  what it started;
+- every process the suite starts carries ``DYNLM_TEST_SESSION`` in its environment (children
+  inherit it, Ray's raylet and workers too); when the session ends, one that is still running
+  fails the run (its command line is printed, then it is killed).
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 import torch
+from child_processes import SESSION_ENV, Processes
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DYNLM_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# --- tiers -----------------------------------------------------------------------------------
+
+#: Fixtures that start something outside this process (directly or through a fixture they use).
+E2E_FIXTURES = frozenset({"ray_session", "processes", "gloo_ranks", "mlflow_server"})
+#: Libraries whose own helper processes a unit test may start, because the library waits for
+#: them: torch.compile's inductor (the C++ compiler, a check that the built library loads) and
+#: GitPython (MLflow asks git for the source version of a run). Matched on the calling frames.
+ALLOWED_CALLERS = (f"{os.sep}torch{os.sep}_inductor{os.sep}", f"{os.sep}git{os.sep}cmd.py")
+# inductor compiles in this process, not in a pool of compile workers that would outlive a test
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        uses = E2E_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.e2e if uses else pytest.mark.unit)
+        item.user_properties.append(("tier", "e2e" if uses else "unit"))
+
+
+_started: list[str] = []  # commands started since the current test began (audit hook below)
+
+
+def _started_by_allowed_library() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in ALLOWED_CALLERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _audit(event: str, args) -> None:
+    if event not in ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn"):
+        return
+    if _started_by_allowed_library():
+        return
+    if event == "subprocess.Popen":
+        executable, argv = args[0], args[1]
+        _started.append(" ".join(map(str, argv)) if isinstance(argv, (list, tuple)) else str(argv or executable))
+    elif event == "os.posix_spawn":
+        _started.append(" ".join(map(str, args[1])))
+    else:
+        _started.append(event)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    _started.clear()
+    result = yield  # re-raises what the test raised
+    if item.get_closest_marker("unit") is None:
+        return result
+    started = list(_started)
+    if started:
+        pytest.fail(f"a unit-tier test started {len(started)} process(es) ({started[0][:200]}): start them "
+                    "through the `processes` fixture, so the test is in the e2e tier and they are stopped",
+                    pytrace=False)
+    return result
+
+
+# --- nothing the suite starts outlives it ----------------------------------------------------
+
+os.environ[SESSION_ENV] = uuid.uuid4().hex
+OUTLIVE_GRACE_S = float(os.environ.get("DYNLM_TEST_OUTLIVE_GRACE_S", "30"))
+
+
+def processes_of_this_session() -> list[tuple[int, str]]:
+    """(pid, command line) of the running processes, other than this one, whose environment
+    carries this session's :data:`SESSION_ENV` value."""
+    token = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if token not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if state != "Z":  # a zombie has ended; its parent only has not reaped it yet
+            found.append((int(entry.name), command))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_outlives_the_suite():
+    """Fails the session (an error in the last test's teardown) when a process started by the
+    suite still runs after every other fixture was torn down. Linux only (/proc)."""
+    yield
+    if not Path("/proc/self/environ").exists():
+        return
+    deadline = time.monotonic() + OUTLIVE_GRACE_S
+    while (left := processes_of_this_session()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        listing = "\n".join(f"  pid {pid}: {command[:300]}" for pid, command in left)
+        pytest.fail(f"{len(left)} process(es) started by the test suite still ran {OUTLIVE_GRACE_S:.0f} s after "
+                    f"it ended (killed now):\n{listing}", pytrace=False)
+
+
+@pytest.fixture
+def processes():
+    """:class:`Processes` for this test: what it starts is stopped when the test ends."""
+    started = Processes()
+    yield started
+    started.stop_all()
+
+
+# --- the session's shared services and data --------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +188,8 @@ def mlflow_uri(tmp_path, monkeypatch):
 
 @pytest.fixture
 def s3_bucket(monkeypatch):
-    """A moto S3 server on 127.0.0.1 with a new, empty bucket; yields ``s3://<bucket>/prepared``.
+    """A moto S3 server on 127.0.0.1 (a thread of this process) with a new, empty bucket; yields
+    ``s3://<bucket>/prepared``.
 
     The bucket's name is new for every test: moto keeps its buckets in process-global state,
     which outlives one server, so a fixed name would show a later test what an earlier one wrote.

@@ -19,12 +19,11 @@ import json
 import posixpath
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
-from typing import Any
 
 from dynlm import storage
 

@@ -272,8 +272,8 @@ def extract_functions(source: str | bytes, path: str, *, max_context_size: int =
         if tokens[index] != function.name:
             _raise(path, f"the token after `def` at line {function.lineno} is not {function.name!r}", function.lineno)
 
-        def window(part: list[str]) -> list[str]:
-            return [NAME_PLACEHOLDER if token == function.name else token for token in part]
+        def window(part: list[str], name: str = function.name) -> list[str]:
+            return [NAME_PLACEHOLDER if token == name else token for token in part]
 
         records.append({
             "name": function.name, "qualname": qualname, "lineno": function.lineno, "class_name": class_name,

@@ -43,6 +43,7 @@ from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, at_positions, forward_sentences, real_positions
 from dynlm.models.rnn_lm import RNNLM, RNNState
 from dynlm.modules.context_encoder import ContextEncoder, ContextEncoderConfig
+from dynlm.modules.entity_mask import mask_unseen_entities
 from dynlm.modules.entity_memory import (
     EntityMemoryState,
     EntityMerge,
@@ -54,7 +55,6 @@ from dynlm.modules.entity_memory import (
     select_memory,
     update_memory,
 )
-from dynlm.modules.entity_mask import mask_unseen_entities
 from dynlm.modules.entity_row_adaptation import EntityRowAdaptation
 from dynlm.modules.mention_cache import MentionCache
 from dynlm.modules.new_entity_score import NewEntityScore

@@ -87,8 +87,15 @@ from dynlm.dynamic_eval import DynamicEvalConfig, rms_priors
 from dynlm.models.config import ModelConfig
 from dynlm.models.outputs import LMOutput, accepts_sentence_lists
 from dynlm.models.rnn_lm import RNNLM, RNNState
-from dynlm.modules.fast_weights import (fast_embedding, fast_gru_layer, fast_linear, fast_lstm_layer,
-                                        per_document_linear, slice_columns, zero_fast_weights)
+from dynlm.modules.fast_weights import (
+    fast_embedding,
+    fast_gru_layer,
+    fast_linear,
+    fast_lstm_layer,
+    per_document_linear,
+    slice_columns,
+    zero_fast_weights,
+)
 from dynlm.modules.meta_learner import PREPROCESS_P, Gates, MetaLearner, UpdatePrior
 from dynlm.vocab_spec import VocabSpec
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dynlm.models.config import ModelConfig

@@ -21,13 +21,13 @@ the DNTM's encoder cost several times its LM), and needs the lengths on the host
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-import warnings
 
 from dynlm.config import Config, ConfigError
 

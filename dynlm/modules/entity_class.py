@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class EntityClassOutput(nn.Module):

@@ -26,9 +26,21 @@ from dynlm.data.cbt import ANSWER_CLASSES
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.models.ga_reader import GAReader, GAReaderConfig, answer_nll
 from dynlm.tasks.base import ObjectiveDisplay, Task
-from dynlm.tasks.cloze_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUMNS, ClozeDataConfig, EncodeQuestions,
-                                    QuestionBatch, batch_questions, collate_questions, count_train, encode_question,
-                                    fit_preprocessor, inactive_row, parse_files)
+from dynlm.tasks.cloze_data import (
+    ENCODED_SCHEMA,
+    PARSED_SCHEMA,
+    PAYLOAD_COLUMNS,
+    ClozeDataConfig,
+    EncodeQuestions,
+    QuestionBatch,
+    batch_questions,
+    collate_questions,
+    count_train,
+    encode_question,
+    fit_preprocessor,
+    inactive_row,
+    parse_files,
+)
 from dynlm.tasks.cloze_metrics import ClozeMetrics
 from dynlm.training import model_device, optimizer_step, unwrap_model
 from dynlm.vocab_spec import VocabSpec

@@ -24,18 +24,18 @@ serve               :func:`dynlm.serving.parse_input` + ``score_documents`` (the
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
-import math
-
+from dynlm import training
 from dynlm.data import batching
 from dynlm.data.batch_encoder import EncodeDocuments
 from dynlm.data.config import DataConfig
 from dynlm.data.parse_stage import PARSED_SCHEMA, parse_files
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.schema import ENCODED_SCHEMA
-from dynlm.distributed import EveryParameterUsed, dummy_batch, pad_to_steps
 from dynlm.data.word_counts import count_train_words
+from dynlm.distributed import EveryParameterUsed, dummy_batch, pad_to_steps
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
@@ -43,7 +43,6 @@ from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts
 from dynlm.tasks.lm_table import format_metrics_table
-from dynlm import training
 from dynlm.vocab_spec import VocabSpec
 
 ACCUMULATION_FIGURE = "accumulation.png"

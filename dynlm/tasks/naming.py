@@ -37,9 +37,21 @@ from dynlm.data.subtokens import join_subtokens, name_style
 from dynlm.models.naming import NamingModelConfig, build_naming_model
 from dynlm.modules.nce import nce_loss
 from dynlm.tasks.base import Task
-from dynlm.tasks.naming_data import (ENCODED_SCHEMA, PARSED_SCHEMA, PAYLOAD_COLUMNS, EncodeFunctions, FunctionBatch,
-                                     NamingDataConfig, NamingVocab, NamingVocabSpec, batch_functions,
-                                     collate_functions, count_train, inactive_batch, parse_files)
+from dynlm.tasks.naming_data import (
+    ENCODED_SCHEMA,
+    PARSED_SCHEMA,
+    PAYLOAD_COLUMNS,
+    EncodeFunctions,
+    FunctionBatch,
+    NamingDataConfig,
+    NamingVocab,
+    NamingVocabSpec,
+    batch_functions,
+    collate_functions,
+    count_train,
+    inactive_batch,
+    parse_files,
+)
 from dynlm.tasks.naming_metrics import NamingMetrics
 from dynlm.tasks.naming_report import format_naming_table, naming_counts, suggestion_frequency_figure, summary_rows
 from dynlm.training import model_device, optimizer_step, unwrap_model

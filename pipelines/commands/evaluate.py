@@ -170,9 +170,15 @@ def format_grid(grid: list[dict], best) -> str:
 def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> str:
     """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first); the printed text."""
     from dynlm.data.batching import batch_documents
+    from dynlm.dynamic_eval import (
+        DEFAULT_ETAS,
+        DEFAULT_LAMBDAS,
+        DynamicEvalConfig,
+        choose_dynamic_eval,
+        collect_grad_stats,
+        dynamic_evaluate,
+    )
     from dynlm.tasks.lm import LMTask
-    from dynlm.dynamic_eval import (DEFAULT_ETAS, DEFAULT_LAMBDAS, DynamicEvalConfig, choose_dynamic_eval,
-                                    collect_grad_stats, dynamic_evaluate)
 
     stats_root = args.stats_data or args.data[0]
     stats_data = open_prepared(stats_root, spec, preprocessor)

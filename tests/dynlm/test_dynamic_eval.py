@@ -7,8 +7,13 @@ import torch
 
 from dynlm.config import ConfigError
 from dynlm.data.batching import collate_documents
-from dynlm.dynamic_eval import (DynamicEvalConfig, choose_dynamic_eval, collect_grad_stats,
-                                dynamic_evaluate, rms_priors)
+from dynlm.dynamic_eval import (
+    DynamicEvalConfig,
+    choose_dynamic_eval,
+    collect_grad_stats,
+    dynamic_evaluate,
+    rms_priors,
+)
 from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
 from dynlm.models.rnn_lm import RNNLM, rnn_lm_small

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from dynlm.config import ConfigError
+from dynlm.data.batching import per_worker_batch_size
+from dynlm.job import JobConfig, RunSettings
 from pipelines.cli import build_parser
 from pipelines.commands.train import job_from_args
-from dynlm.job import JobConfig, RunSettings
 from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
-from dynlm.data.batching import per_worker_batch_size
 from pipelines.train import RAY_SNAPSHOT_FILE, resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,8 +123,8 @@ def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
 
 def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
     from dynlm.job import STORAGE_ENV, with_storage_env
-    from pipelines.retrain import RetrainConfig, challenger_job
     from dynlm.search.space_file import load_search_space
+    from pipelines.retrain import RetrainConfig, challenger_job
     from pipelines.tune import _default_storage_uri
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dynlm.promotion import MeasuredChampion, decide_registration, promotion_decision, registered_name
+from dynlm.promotion import (
+    MeasuredChampion,
+    decide_registration,
+    promotion_decision,
+    registered_name,
+)
 
 
 def test_promotion_policy_margin_is_relative():

@@ -5,7 +5,13 @@ from typing import Literal
 
 import pytest
 
-from dynlm.config import PARAM_VALUE_MAX, Config, ConfigError, config_hash, flatten_config
+from dynlm.config import (
+    PARAM_VALUE_MAX,
+    Config,
+    ConfigError,
+    config_hash,
+    flatten_config,
+)
 from dynlm.models.config import ModelConfig
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import textwrap
@@ -213,9 +212,8 @@ def test_train_one_epoch_averages_the_dynamical_gate_statistics():
     from dynlm.models.dynamical_lm import dynamical_lm_small
     from dynlm.models.rnn_lm import rnn_lm_small
     from dynlm.optim import LRSchedule
-    from dynlm.training import TrainConfig
+    from dynlm.training import TrainConfig, train_one_epoch
     from dynlm.vocab_spec import VocabSpec
-    from dynlm.training import train_one_epoch
 
     spec = VocabSpec(num_words=24, num_entities=0, shortlist_size=24, num_subwords=4)
     g = torch.Generator().manual_seed(0)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
+from child_processes import Processes
 from server_process import free_port, mlflow_server_argv, running_server, server_env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
-    """A real ``mlflow server`` on a free local port: SQLite backend, artifacts served by the
+    """One real ``mlflow server`` per session on a free local port: SQLite backend, artifacts served by the
     server (``--serve-artifacts``) from a local folder. Yields ``(uri, artifacts folder)``.
 
     Point dynlm at it with ``--tracking-uri`` (or ``MLFLOW_TRACKING_URI`` in the test), and unset
@@ -20,6 +20,10 @@ def mlflow_server(tmp_path_factory):
     uri = f"http://127.0.0.1:{free_port()}"
     env = server_env()
     env.pop("MLFLOW_TRACKING_URI", None)
-    with running_server(mlflow_server_argv(tmp, uri), f"{uri}/health", tmp / "server.log", env):
-        yield uri, artifacts
+    started = Processes()
+    try:
+        with running_server(started, mlflow_server_argv(tmp, uri), f"{uri}/health", tmp / "server.log", env):
+            yield uri, artifacts
+    finally:
+        started.stop_all()
 

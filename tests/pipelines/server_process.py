@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -44,12 +43,14 @@ def mlflow_server_argv(folder: Path, uri: str) -> list[str]:
 
 
 @contextmanager
-def running_server(argv: list[str], ready_url: str, log_path: Path, env: dict[str, str]) -> Iterator[None]:
-    """Run ``argv`` (its own process group, output in ``log_path``) until ``ready_url`` answers 200;
-    stop the whole group (SIGTERM, then SIGKILL) on exit. The test fails with the log's tail when
-    the server exits or is not up after :data:`STARTUP_TIMEOUT_S`."""
+def running_server(processes, argv: list[str], ready_url: str, log_path: Path,
+                   env: dict[str, str]) -> Iterator[None]:
+    """Run ``argv`` through ``processes`` (the ``processes`` fixture: its own process group,
+    output in ``log_path``) until ``ready_url`` answers 200; stop the whole group (SIGTERM, then
+    SIGKILL) on exit. The test fails with the log's tail when the server exits or is not up
+    after :data:`STARTUP_TIMEOUT_S`."""
     with open(log_path, "wb") as log:
-        server = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = processes.popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -66,12 +67,7 @@ def running_server(argv: list[str], ready_url: str, log_path: Path, env: dict[st
             time.sleep(0.5)
         yield
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+        processes.stop(server, grace_s=20)
 
 
 def post_json(url: str, payload: dict | bytes) -> tuple[int, dict]:

@@ -4,7 +4,6 @@ traceback only with --verbose."""
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -65,7 +64,10 @@ def test_unknown_registered_model_is_one_line(mlflow_uri, tmp_path, capsys):
 
 def test_which_exceptions_are_user_errors():
     from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
+    from mlflow.protos.databricks_pb2 import (
+        INVALID_PARAMETER_VALUE,
+        RESOURCE_DOES_NOT_EXIST,
+    )
 
     from dynlm.config import ConfigError
     from dynlm.data.prepared_writer import EmptyTrainSplit
@@ -85,11 +87,11 @@ def test_which_exceptions_are_user_errors():
     assert error_line(ConfigError("first\n  second")) == "dynlm: error: first second"
 
 
-def test_installed_command_prints_one_line(tmp_path):
+def test_installed_command_prints_one_line(tmp_path, processes):
     dynlm = Path(sys.executable).parent / "dynlm"
     if not dynlm.exists():
         pytest.skip(f"{dynlm} is not installed (pip install -e .)")
-    done = subprocess.run([str(dynlm), "run", "--set", "model.hidden_dimm=32"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = processes.run([str(dynlm), "run", "--set", "model.hidden_dimm=32"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "dynlm: error: override: unknown key 'model.hidden_dimm'\n")

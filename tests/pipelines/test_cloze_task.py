@@ -10,12 +10,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
+from server_process import BIN_DIR, free_port, post_json, running_server, server_env
+from train_process import prepared_folder
 
 from dynlm.data.prepared import PreparedData
 from dynlm.data.synthetic_cloze import synthetic_cbt_text, write_synthetic_cbt
 from pipelines.cli import main
-from server_process import BIN_DIR, free_port, post_json, running_server, server_env
-from train_process import prepared_folder
 
 JOB = {
     "task": "cloze",
@@ -27,7 +27,8 @@ JOB = {
 }
 
 
-def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
+def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys,
+                                                               processes):
     import mlflow
     from mlflow import MlflowClient
 
@@ -73,7 +74,7 @@ def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlfl
     base = f"http://127.0.0.1:{port}"
     argv = [str(BIN_DIR / "mlflow"), "models", "serve", "-m", "models:/dynlm-saw@champion", "--env-manager", "local",
             "-h", "127.0.0.1", "-p", str(port)]
-    with running_server(argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
+    with running_server(processes, argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
         status, body = post_json(f"{base}/invocations", {"dataframe_records": [
             {"document": document, "query": query, "candidates": candidates.split("|")}]})
         assert status == 200, body

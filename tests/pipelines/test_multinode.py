@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-pytestmark = pytest.mark.slow
 
 SCENARIO = Path(__file__).with_name("multinode_scenario.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_nodes_survive_losing_one(tmp_path):
+def test_two_nodes_survive_losing_one(tmp_path, processes):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, str(SCENARIO), str(tmp_path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = processes.run([sys.executable, str(SCENARIO), str(tmp_path)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     report = json.loads(lines[-1][len("RESULT "):])

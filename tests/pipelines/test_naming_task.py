@@ -12,10 +12,10 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from train_process import prepared_folder
 
 from dynlm.data.prepared import PreparedData
 from pipelines.cli import main
-from train_process import prepared_folder
 
 JOB = {
     "task": "naming",

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import yaml
+from train_process import prepared_folder
 
 from dynlm.data.prepared import PreparedData
 from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
-from train_process import prepared_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CHAR_TASK = "tests.dynlm.tasks.char_task:CharTask"

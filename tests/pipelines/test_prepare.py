@@ -17,19 +17,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from dynlm.data.anonymize import anonymize
+from dynlm.data.batch_encoder import encode_documents
 from dynlm.data.config import DataConfig
-from dynlm.data.prepared import PreparedData
-from dynlm.data.schema import DOCUMENT_SCHEMA, ENCODED_SCHEMA, QUARANTINE_SCHEMA
+from dynlm.data.parse_stage import parse_files
 from dynlm.data.plaintext import is_title_heading
+from dynlm.data.prepared import PreparedData
+from dynlm.data.prepared_writer import SPLITS, format_summary
+from dynlm.data.preprocessor import Preprocessor
+from dynlm.data.schema import DOCUMENT_SCHEMA, ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.split import SplitRuleError, assign_split, check_split_rule
 from dynlm.data.synth import SynthConfig, generate, write_conll
-from dynlm.data.preprocessor import Preprocessor
-from pipelines.cli import main
-from dynlm.data.batch_encoder import encode_documents
-from dynlm.data.parse_stage import parse_files
-from dynlm.data.prepared_writer import SPLITS, format_summary
 from dynlm.tasks import get_task
 from dynlm.tasks.local import prepare_local
+from pipelines.cli import main
 from pipelines.prepare import QuarantineError, prepare
 from pipelines.ray_env import init_ray
 

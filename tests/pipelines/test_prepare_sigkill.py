@@ -17,8 +17,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from dynlm.data.prepared import is_prepared
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
@@ -32,7 +30,7 @@ def _ray_tmp(name: str) -> Path:
     return Path(tempfile.gettempdir()) / f"ray-sigkill-{os.getpid()}-{name}"
 
 
-def _prepare(corpus: Path, root: Path | str, name: str, kill_at: str | None = None) -> tuple[int, str]:
+def _prepare(processes, corpus: Path, root: Path | str, name: str, kill_at: str | None = None) -> tuple[int, str]:
     """Run ``dynlm prepare`` to its end (or its SIGKILL); its exit status and output. Whatever is
     left of its session (its local Ray's processes) is SIGKILLed and its Ray folder removed."""
     ray_tmp = _ray_tmp(name)
@@ -42,10 +40,10 @@ def _prepare(corpus: Path, root: Path | str, name: str, kill_at: str | None = No
         env.pop(variable, None)
     if kill_at:
         env[KILL_AT_ENV] = kill_at
-    process = subprocess.Popen(
+    process = processes.popen(
         [sys.executable, "-m", "pipelines.cli", "prepare", "--input", str(corpus), "--output-root", str(root),
          "--set", "vocab_size=300", "--set", "bpe_merges=30", "--set", "num_encode_actors=1", "--no-progress"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
     finally:
@@ -63,20 +61,19 @@ def _assert_killed_at(returncode: int, text: str, point: str) -> None:
     assert f"at {point}" in text, (point, text[-3000:])  # killed there, not by something else
 
 
-@pytest.mark.slow
-def test_prepare_killed_anywhere_leaves_nothing_reusable(tmp_path):
+def test_prepare_killed_anywhere_leaves_nothing_reusable(tmp_path, processes):
     corpus = tmp_path / "corpus"
     write_conll(SynthConfig(num_documents=40, docs_per_file=10), corpus)
     root = tmp_path / "prepared"
     for index, point in enumerate(LOCAL_KILL_POINTS):
-        _assert_killed_at(*_prepare(corpus, root, f"k{index}", kill_at=point), point)
+        _assert_killed_at(*_prepare(processes, corpus, root, f"k{index}", kill_at=point), point)
         complete = [p.name for p in root.iterdir() if not p.name.startswith(".") and is_prepared(p)]
         assert complete == [], (point, complete)  # nothing a later run would reuse
         (build,) = root.glob(".tmp-*")  # the killed build's folder: hidden, not a prepared folder
         shards = list(build.glob("**/*.parquet"))
         assert bool(shards) == (point == "prepare:writing"), (point, shards)
 
-    returncode, text = _prepare(corpus, root, "last")
+    returncode, text = _prepare(processes, corpus, root, "last")
     assert returncode == 0, text[-3000:]
     assert "reusing" not in text  # built, not reused
     (folder,) = [p for p in root.iterdir() if not p.name.startswith(".")]
@@ -84,8 +81,7 @@ def test_prepare_killed_anywhere_leaves_nothing_reusable(tmp_path):
     assert not any(root.glob(".tmp-*"))  # the killed builds' temporary folders are gone
 
 
-@pytest.mark.slow
-def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_bucket):
+def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_bucket, processes):
     """An S3 output root (moto): killed after the first object is uploaded, before manifest.json;
     the folder has no manifest (incomplete, never reused) and the next run completes it."""
     import boto3
@@ -100,11 +96,11 @@ def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_b
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
         return [o["Key"] for o in listed if not o["Key"].endswith("/")]
 
-    _assert_killed_at(*_prepare(corpus, s3_bucket, "s3", kill_at="prepare:uploading"), "prepare:uploading")
+    _assert_killed_at(*_prepare(processes, corpus, s3_bucket, "s3", kill_at="prepare:uploading"), "prepare:uploading")
     uploaded = keys()
     assert len(uploaded) == 1 and not uploaded[0].endswith("/manifest.json"), uploaded
 
-    returncode, text = _prepare(corpus, s3_bucket, "s3-last")
+    returncode, text = _prepare(processes, corpus, s3_bucket, "s3-last")
     assert returncode == 0, text[-3000:]
     folders = {key.split("/")[1] for key in keys()}
     assert len(folders) == 1, keys()

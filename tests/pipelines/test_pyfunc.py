@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 from mlflow.exceptions import MlflowException
+from tiny_lm import make_tiny_lm
 
 from dynlm import serving
 from dynlm.data.preprocessor import Preprocessor
 from pipelines import tracking
-from tiny_lm import make_tiny_lm
 
 UNSEEN = "the zeppelin glided over the harbour .\n\n<unk1> saw the zeppelin ."
 

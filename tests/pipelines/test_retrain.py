@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from pipelines.cli import main as cli_main
 from dynlm.job import JobConfig
+from pipelines.cli import main as cli_main
 from pipelines.retrain import InjectedFailure, RetrainConfig, retrain
-
-pytestmark = pytest.mark.slow
 
 NAME = "dynlm-dntm"
 
@@ -29,8 +27,8 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("corpora")
     out = {}
-    for name, seed, docs in (("initial", 0, 40), ("new", 1, 40), ("validation", 2, 12)):
-        write_conll(SynthConfig(num_documents=docs, docs_per_file=20, seed=seed), root / name)
+    for name, seed, docs in (("initial", 0, 24), ("new", 1, 24), ("validation", 2, 12)):
+        write_conll(SynthConfig(num_documents=docs, docs_per_file=12, seed=seed), root / name)
         out[name] = root / name
     return out
 
@@ -172,12 +170,13 @@ def test_crash_before_promotion_leaves_the_champion(store, corpora, tmp_path):
 
 
 def test_config_errors_and_content_addressing(corpora, tmp_path):
+    from tiny_lm import make_tiny_lm
+
     from dynlm.config import ConfigError
     from dynlm.data.config import DataConfig
     from dynlm.data.fingerprint import input_listing as file_listing
     from dynlm.tasks import get_task
     from pipelines.retrain import validation_hash, validation_rows
-    from tiny_lm import make_tiny_lm
 
     with pytest.raises(ConfigError, match="needs init_from: scratch"):
         _config(tmp_path, corpora, "sqlite:///x.db", rebuild_vocabulary=True)

@@ -27,10 +27,9 @@ def _table(text: str, title_part: str) -> dict[str, str]:
     return rows
 
 
-@pytest.mark.slow
 def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["run", "--synth-documents", "40"]
+    args = ["run", "--synth-documents", "24"]
     for item in TINY:
         args += ["--set", item]
     assert main(args) == 0
@@ -67,31 +66,10 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "runs/synth",
                  "--dynamic-eval", "--stats-data", prepared_root, "--stats-segments", "5"]) == 0
     out = capsys.readouterr().out
-    raw = _table(out, "40 documents")
+    raw = _table(out, "24 documents")
     assert "dynamic evaluation: eta/lambda picked on validation" in out  # --eta auto, the default
     dynamic = _table(out, "dynamic evaluation (eta=")
     assert float(raw["all tokens"]) > 1.0 and float(dynamic["all tokens"]) > 1.0
 
     with pytest.raises(SystemExit, match="--split applies to a prepared folder"):
         main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "runs/synth", "--split", "test"])
-
-
-@pytest.mark.slow
-def test_dynlm_train_from_an_empty_directory(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
-    """`dynlm train` on the embedded default job, run where the repository is not: the default
-    relative paths (runs/synth, runs/prepared, runs/ray) resolve in the working directory."""
-    monkeypatch.chdir(tmp_path)
-    args = ["train"]
-    for item in TINY:
-        args += ["--set", item]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "[train] best valid ppl" in out
-    assert any((tmp_path / "runs" / "synth").glob("*.conll"))
-    prepared = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
-    assert len(prepared) == 1
-    client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)
-    version = client.get_model_version_by_alias("dynlm-dntm", "challenger")
-    run = client.get_run(version.run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["dynlm.prepared_root"] == str(prepared[0])
-    assert run.data.params["train.epochs"] == "1"

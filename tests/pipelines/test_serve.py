@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from server_process import BIN_DIR, free_port, post_json, running_server, server_env
+from tiny_lm import make_prepared_folder, make_tiny_lm
 
 from dynlm import checkpoint, serving
 from dynlm.data.preprocessor import Preprocessor
 from pipelines import tracking
 from pipelines.defaults import default_job
-from server_process import BIN_DIR, free_port, post_json, running_server, server_env
-from tiny_lm import make_prepared_folder, make_tiny_lm
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "the captain saw the zeppelin .\n<unk1> laughed ."
@@ -33,8 +33,7 @@ BAD_REQUESTS = {
 }
 
 
-@pytest.mark.slow
-def test_serve_champion_over_http(tmp_path, mlflow_uri):
+def test_serve_champion_over_http(tmp_path, mlflow_uri, processes):
     (tmp_path / "corpus").mkdir()  # data_hash() reads what the inputs contain
     (tmp_path / "corpus" / "doc.txt").write_text("The cat sat .\n", encoding="utf-8")
     job = default_job([f"data.inputs=[{tmp_path / 'corpus'}]"])
@@ -51,7 +50,7 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri):
     base = f"http://127.0.0.1:{port}"
     argv = [str(BIN_DIR / "mlflow"), "models", "serve", "-m", "models:/dynlm-dntm@champion",
             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-    with running_server(argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
+    with running_server(processes, argv, f"{base}/ping", tmp_path / "serve.log", server_env(MLFLOW_TRACKING_URI=mlflow_uri)):
         status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"text": TEXT}]})
         assert status == 200, body
         (prediction,) = body["predictions"]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
+from tiny_lm import make_prepared_folder, make_tiny_lm
 
 from dynlm import checkpoint, promotion
 from pipelines import tracking
 from pipelines.defaults import default_job
-from tiny_lm import make_prepared_folder, make_tiny_lm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -300,10 +300,9 @@ def test_reachability_budget_and_which_uris_are_checked(tmp_path, monkeypatch):
         tracking.tracking_timeout_s()
 
 
-def test_unreachable_server_is_one_line_before_ray(tmp_path):
+def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
     """Every verb that talks to MLflow fails in seconds, naming the URI, before Ray starts."""
     import os
-    import subprocess
     import sys
 
     uri = f"http://127.0.0.1:{_port_nobody_listens_on()}"
@@ -326,8 +325,8 @@ def test_unreachable_server_is_one_line_before_ray(tmp_path):
         env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "DYNLM_TRACKING_TIMEOUT_S": "2"}
         env.pop("RAY_ADDRESS", None)
         start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = processes.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
         seconds = time.monotonic() - start
         assert done.returncode == 2, (verb, done.stderr[-3000:])
         assert done.stderr.splitlines()[-1].startswith(

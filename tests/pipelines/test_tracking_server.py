@@ -7,20 +7,29 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from mlflow import MlflowClient
+from server_process import free_port, mlflow_server_argv, running_server, server_env
+from train_process import (
+    committed,
+    output_of,
+    own_lines,
+    ray_tmp,
+    start_train,
+    stop_and_remove,
+    wait_until,
+)
 
 from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
-from server_process import free_port, mlflow_server_argv, running_server, server_env
-from train_process import committed, output_of, own_lines, ray_tmp, start_train, stop_and_remove, wait_until
 
 TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
         "data.vocab_size=300", "data.bpe_merges=30", "run.cpus_per_worker=0.4", "run.num_workers=2"]
 
 
-@pytest.mark.slow
 def test_train_register_evaluate_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):
+    """`dynlm train` of the embedded default job from an empty directory, as a new user runs it:
+    the default relative paths (runs/synth, runs/prepared, runs/ray) resolve in the working
+    directory; tracked, registered and evaluated through the server."""
     uri, artifacts = mlflow_server
     monkeypatch.chdir(tmp_path)  # the embedded job's corpus, prepared data and Ray storage go here
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -30,27 +39,28 @@ def test_train_register_evaluate_through_a_server(ray_session, mlflow_server, tm
         args += ["--set", item]
     assert main(args) == 0
     assert "[train] best valid ppl" in capsys.readouterr().out
+    assert any((tmp_path / "runs" / "synth").glob("*.conll"))
+    prepared = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
+    assert len(prepared) == 1
 
     client = MlflowClient(uri, registry_uri=uri)
     champion = client.get_model_version_by_alias("dynlm-dntm", "champion")  # the first model is promoted
     assert client.get_model_version_by_alias("dynlm-dntm", "challenger").version == champion.version
     run = client.get_run(champion.run_id)
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "FINISHED" and run.data.tags["dynlm.prepared_root"] == str(prepared[0])
     assert run.data.params["run.num_workers"] == "2" and run.data.params["train.epochs"] == "1"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "valid_ppl")] == [1]
     assert run.info.artifact_uri.startswith("mlflow-artifacts:/")  # stored by the server, not by us
     assert any(path.name == "weights.pt" for path in artifacts.rglob("*"))
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
 
-    prepared = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
     assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", str(prepared[0]),
                  "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     assert "models:/dynlm-dntm@champion" in out and "all tokens" in out
 
 
-@pytest.mark.slow
-def test_server_stopped_mid_training_loses_nothing(tmp_path):
+def test_server_stopped_mid_training_loses_nothing(tmp_path, processes):
     """The server stops after epoch 1 is logged and checkpointed: the training goes on to the end
     (checkpoints are Ray's), then ends with one line naming the run and the command to finish
     it; with the server back, that command logs the missing epoch and registers the model."""
@@ -62,8 +72,9 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     first, second = ray_tmp("gone"), ray_tmp("back")
     try:
-        with running_server(mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log", env):
-            process = start_train(tmp_path, "gone", first, tracking_uri=uri)
+        with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log",
+                            env):
+            process = start_train(processes, tmp_path, "gone", first, tracking_uri=uri)
             wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
         text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
         assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
@@ -72,8 +83,9 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path):
         assert error.startswith("dynlm: error: run 'gone' trained 2 epochs") and uri in error, error
         assert "--set run.name=gone --resume" in error, error
 
-        with running_server(mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log", env):
-            text = output_of(start_train(tmp_path, "gone", second, "--resume", tracking_uri=uri))
+        with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log",
+                            env):
+            text = output_of(start_train(processes, tmp_path, "gone", second, "--resume", tracking_uri=uri))
             assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
             client = MlflowClient(uri, registry_uri=uri)
             run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
@@ -87,11 +99,15 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path):
         stop_and_remove(second)
 
 
-@pytest.mark.slow
 def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):
-    """The README's quickstart search (2 trials, 1 epoch) and then a scheduled retraining of its
-    registered champion, both against http://127.0.0.1:PORT: the parent and child runs, the
-    registered versions and the retrain's decision are all read back through the server."""
+    """`dynlm tune --space tune_spaces/quickstart.yaml` as the README says, in an empty working
+    directory with the default relative paths (runs/synth, runs/prepared, runs/ray), one epoch and
+    one sample per grid value (2 trials) for time; then a scheduled retraining of its registered
+    champion; both against http://127.0.0.1:PORT: the parent and child runs, the registered
+    versions and the retrain's decision are all read back through the server.
+
+    Regression (the quickstart): every trial missed the pre-pass's folders (the key held the input
+    paths as spelled), re-ran prepare inside its placement group and died, and the command exited 0."""
     from pathlib import Path
 
     import yaml
@@ -101,13 +117,21 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DYNLM_MLFLOW_ARTIFACTS", raising=False)
     quickstart = str(Path(__file__).resolve().parents[2] / "tune_spaces" / "quickstart.yaml")
+    capsys.readouterr()
     assert main(["tune", "--space", quickstart, "--set", "train.epochs=1", "--set", "tune.num_samples=1",
                  "--name", "served", "--tracking-uri", uri]) == 0
+    assert "failed:" not in capsys.readouterr().out
+    built = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
+    assert len(built) == 2  # the two bpe_merges values, prepared once each by the pre-pass
     client = MlflowClient(uri, registry_uri=uri)
     experiment = client.get_experiment_by_name("dynlm").experiment_id
     (parent,) = client.search_runs([experiment], filter_string="tags.`dynlm.kind` = 'tune' and tags.mlflow.runName = 'served'")
     children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert parent.info.status == "FINISHED" and len(children) == 2
+    assert parent.data.metrics["num_failed_trials"] == 0
+    # ASHA may stop the worse trial at its one report (max_t = 1 epoch here): KILLED, not failed
+    assert {c.info.status for c in children} <= {"FINISHED", "KILLED"}
+    assert {c.data.tags["dynlm.prepared_root"] for c in children} == {str(p) for p in built}
     assert "FINISHED" in {c.info.status for c in children} and parent.data.tags["best_run_id"] in {
         c.info.run_id for c in children}
     before = client.get_model_version_by_alias("dynlm-dntm", "champion")

@@ -36,7 +36,7 @@ def corpus(ray_session, tmp_path_factory):
     from pipelines.prepare import prepare
 
     tmp = tmp_path_factory.mktemp("train")
-    write_conll(SynthConfig(num_documents=40, docs_per_file=20), tmp / "synth")
+    write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp / "synth")
     job = _job(tmp, tmp / "prepared")
     return tmp, prepare(job.data, progress=False)
 
@@ -150,10 +150,10 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     import torch.distributed as dist
 
     from dynlm.data.prepared import PreparedData
+    from dynlm.distributed import EveryParameterUsed, parameter_checksum
     from dynlm.models import build_model
     from dynlm.optim import LRSchedule, build_optimizer
     from dynlm.tasks.lm import LMTask
-    from dynlm.distributed import EveryParameterUsed, parameter_checksum
     from dynlm.training import train_one_epoch
 
     torch.set_num_threads(1)

@@ -29,10 +29,16 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
+from train_process import (
+    committed,
+    left_after,
+    output_of,
+    ray_tmp,
+    start_train,
+    stop_and_remove,
+)
 
 from dynlm.data.synth import SynthConfig, write_conll
-from train_process import committed, left_after, output_of, ray_tmp, start_train, stop_and_remove
-
 
 
 def _weights(run_dir: Path, checkpoint: str) -> dict[str, torch.Tensor]:
@@ -49,29 +55,28 @@ def ray_tmps():
         stop_and_remove(folder)
 
 
-@pytest.mark.slow
-def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, ray_tmps):
+def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, ray_tmps, processes):
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     killed_tmp, resumed_tmp, straight_tmp = ray_tmps
     run_dir = tmp_path / "ray" / "killed"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     # rank 0 kills the driver (its line goes to the worker's log, not to this output)
-    output_of(start_train(tmp_path, "killed", killed_tmp, tracking_uri=uri, kill_at="train:checkpoint_committed"),
+    output_of(start_train(processes, tmp_path, "killed", killed_tmp, tracking_uri=uri, kill_at="train:checkpoint_committed"),
               expected_returncode=-signal.SIGKILL)
     assert committed(run_dir, "epoch_0001") and not committed(run_dir, "epoch_0002")
     # the raylet's dashboard and runtime-env agents outlive it (ray 2.60: they wait on the dead GCS)
     left = left_after(killed_tmp, 2)
 
     # the next dynlm start (the resume, another RAY_TMPDIR) reaps what the killed run's Ray left
-    text = output_of(start_train(tmp_path, "killed", resumed_tmp, "--resume", tracking_uri=uri))
+    text = output_of(start_train(processes, tmp_path, "killed", resumed_tmp, "--resume", tracking_uri=uri))
     if left:
         assert "left by the local Ray of a killed dynlm" in text, (left, text[-3000:])
     assert left_after(killed_tmp, 10) == []
     assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
     assert left_after(resumed_tmp, 30) == []  # a run that ends leaves nothing running either
 
-    output_of(start_train(tmp_path, "straight", straight_tmp, "--set", "run.register=false", tracking_uri=uri))
+    output_of(start_train(processes, tmp_path, "straight", straight_tmp, "--set", "run.register=false", tracking_uri=uri))
     resumed, straight = _weights(run_dir, "epoch_0002"), _weights(tmp_path / "ray" / "straight", "epoch_0002")
     assert resumed.keys() == straight.keys()
     assert all(torch.equal(resumed[key], straight[key]) for key in resumed), "resumed weights differ"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
 
 from dynlm.search.space_file import load_search_space
@@ -26,7 +25,6 @@ def test_metalearner_space_searches_meta_steps_and_unroll():
     assert space.search["model.dynamical.unroll_steps"] == {"choice": [2, 4, 8]}
 
 
-@pytest.mark.slow
 def test_metalearner_space_runs_one_small_trial(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
     from dynlm.data.synth import SynthConfig, write_conll
 

@@ -22,22 +22,22 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow import MlflowClient
+from train_process import RUN_TIMEOUT_S, left_after, ray_tmp, stop_and_remove
 
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
 from pipelines.tracking import TAG_TRIAL_ID
-from train_process import RUN_TIMEOUT_S, left_after, ray_tmp, stop_and_remove
 
-MERGE_FNS = ["max", "latest", "gru"]
+MERGE_FNS = ["max", "latest"]
 
 
-def _tune(tmp: Path, ray_dir: Path, *args: str, kill_at: str | None = None) -> tuple[int, str]:
+def _tune(processes, tmp: Path, ray_dir: Path, *args: str, kill_at: str | None = None) -> tuple[int, str]:
     env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
     for variable in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", KILL_AT_ENV, KILL_PID_ENV):
         env.pop(variable, None)
     if kill_at:
         env[KILL_AT_ENV] = kill_at
-    process = subprocess.run(
+    process = processes.run(
         [sys.executable, "-m", "pipelines.cli", "tune", *args, "--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=2 * RUN_TIMEOUT_S)
     return process.returncode, process.stdout.decode()
@@ -51,8 +51,7 @@ def ray_tmps():
         stop_and_remove(folder)
 
 
-@pytest.mark.slow
-def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_path, ray_tmps):
+def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_path, ray_tmps, processes):
     killed_tmp, resumed_tmp = ray_tmps
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     space = tmp_path / "space.yaml"
@@ -66,7 +65,7 @@ def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_pat
         "tune": {"num_samples": 1, "searcher": "random", "scheduler": "fifo", "max_concurrent_trials": 2, "seed": 0},
     }))
 
-    returncode, text = _tune(tmp_path, killed_tmp, "--space", str(space), "--name", "killed",
+    returncode, text = _tune(processes, tmp_path, killed_tmp, "--space", str(space), "--name", "killed",
                              kill_at="tune:trial_finished")
     assert returncode == -signal.SIGKILL, (returncode, text[-3000:])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -81,7 +80,7 @@ def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_pat
     assert len(finished_before) >= 1, [(r.info.status, r.data.tags) for r in runs()]  # the trial that fired
     assert runs("RUNNING")  # the dead driver's parent run (and maybe a sibling trial's run)
 
-    returncode, text = _tune(tmp_path, resumed_tmp, "--resume", "killed", "--storage-path", str(tmp_path / "ray"))
+    returncode, text = _tune(processes, tmp_path, resumed_tmp, "--resume", "killed", "--storage-path", str(tmp_path / "ray"))
     assert returncode == 0, text[-4000:]
     assert left_after(killed_tmp, 10) == []  # the killed run's Ray was reaped by the resume
     assert left_after(resumed_tmp, 30) == []

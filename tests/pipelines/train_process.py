@@ -48,9 +48,9 @@ def stop_and_remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def start_train(tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str,
+def start_train(processes, tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str,
                 kill_at: str | None = None) -> subprocess.Popen:
-    """``dynlm train`` of the :data:`TINY` job on ``tmp/synth`` (prepared under ``tmp/prepared``,
+    """Through ``processes`` (the ``processes`` fixture): ``dynlm train`` of the :data:`TINY` job on ``tmp/synth`` (prepared under ``tmp/prepared``,
     Ray storage ``tmp/ray``) as run ``run_name``, tracked at ``tracking_uri``; output piped.
     ``kill_at``: a :mod:`dynlm.faults` kill point where the driver SIGKILLs itself."""
     env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
@@ -64,8 +64,7 @@ def start_train(tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_u
     for item in [*TINY, f"data.inputs=[{tmp / 'synth'}]", f"data.output_root={tmp / 'prepared'}",
                  f"run.storage_path={tmp / 'ray'}", f"run.name={run_name}"]:
         args += ["--set", item]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return processes.popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def output_of(process: subprocess.Popen, expected_returncode: int = 0) -> str:

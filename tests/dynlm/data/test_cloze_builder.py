@@ -5,7 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 
 from dynlm.data.cbt import parse_cbt
-from dynlm.data.cloze_builder import build_questions, cbt_block, cbt_files, questions_table
+from dynlm.data.cloze_builder import (
+    build_questions,
+    cbt_block,
+    cbt_files,
+    questions_table,
+)
 
 
 def _sentences(n: int) -> list[list[str]]:

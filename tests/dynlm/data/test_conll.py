@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
 

@@ -6,12 +6,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from dynlm.data.config import DataConfig
-from dynlm.tasks.local import prepare_local
 from dynlm.data.prepared import PreparedData, is_prepared
-from dynlm.storage import is_uri
 from dynlm.data.schema import ENCODED_SCHEMA, QUARANTINE_SCHEMA
 from dynlm.data.split import SplitRuleError
 from dynlm.data.synth import SynthConfig, write_conll
+from dynlm.storage import is_uri
+from dynlm.tasks.local import prepare_local
 
 
 def test_prepare_local_and_read_back(tmp_path):

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
+from dynlm.data.anonymize import anonymize
 from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor, entity_index, is_entity_token
 from dynlm.data.synth import SynthConfig, generate
-from dynlm.data.anonymize import anonymize
 
 COUNTS = {"the": 5, "cat": 3, "sat": 2, "on": 2, "mat": 1, "dog": 1}
 
@@ -96,11 +95,11 @@ print(hashlib.sha256(blob.encode()).hexdigest())
 """
 
 
-def test_byte_identical_across_processes():
+def test_byte_identical_across_processes(processes):
     # different PYTHONHASHSEED and a fresh Rust hash state in each process
     digests = {
-        subprocess.run([sys.executable, "-c", FIT_AND_PRINT], capture_output=True, text=True, check=True,
-                       env={"PYTHONHASHSEED": str(seed), "PATH": ""}).stdout.strip()
+        processes.run([sys.executable, "-c", FIT_AND_PRINT], capture_output=True, text=True, timeout=120,
+                      env={"PYTHONHASHSEED": str(seed), "PATH": ""}).stdout.strip()
         for seed in (1, 2)
     }
     assert len(digests) == 1 and len(next(iter(digests))) == 64

@@ -6,7 +6,6 @@ import pytest
 
 from dynlm.config import ConfigError
 from dynlm.data.config import DataConfig
-from dynlm.tasks.cloze_data import ClozeDataConfig
 from dynlm.data.split import (
     SplitRuleError,
     check_split_rule,
@@ -18,6 +17,7 @@ from dynlm.data.split import (
     path_parts,
     relative_to_input,
 )
+from dynlm.tasks.cloze_data import ClozeDataConfig
 
 
 @pytest.mark.parametrize("component, expected", [

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from dynlm.data.subtokens import (NameStyle, ROUND_TRIP_EXCEPTIONS, join_subtokens, name_style, round_trip_exception,
-                                  split_subtokens)
+from dynlm.data.subtokens import (
+    ROUND_TRIP_EXCEPTIONS,
+    NameStyle,
+    join_subtokens,
+    name_style,
+    round_trip_exception,
+    split_subtokens,
+)
 
 
 @pytest.mark.parametrize("name, subtokens", [

@@ -6,7 +6,11 @@ import pytest
 
 from dynlm.config import ConfigError
 from dynlm.data.python_functions import extract_functions
-from dynlm.data.synthetic_code import SynthCodeConfig, generate_code_file, write_code_corpus
+from dynlm.data.synthetic_code import (
+    SynthCodeConfig,
+    generate_code_file,
+    write_code_corpus,
+)
 
 
 def test_files_are_deterministic_and_independent_of_num_files(tmp_path):

@@ -15,7 +15,6 @@ from dynlm.data.batching import ChunkLayout, collate_documents
 from dynlm.losses import token_nll
 from dynlm.models import build_model, needs_whole_sentences
 from dynlm.models.config import ModelConfig
-
 from dynlm.vocab_spec import VocabSpec
 
 TINY_SPEC = VocabSpec(num_words=20, num_entities=3, shortlist_size=15, num_subwords=12)  # as tests/dynlm/conftest.py

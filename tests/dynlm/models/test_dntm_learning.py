@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 import torch
 
 from dynlm.data.anonymize import anonymize
@@ -50,7 +49,6 @@ def _train(dynamic: str, spec, train_rows, valid_rows) -> dict:
     return evaluate(model, batch_documents(valid_rows, spec, 32, seed=None))
 
 
-@pytest.mark.slow
 def test_dntm_beats_the_baseline_on_reappearing_entities():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

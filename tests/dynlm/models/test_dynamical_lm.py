@@ -256,7 +256,6 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
     assert after < before - 0.02  # measured: 3.083 -> 3.031
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("gate_form", ["log_sigmoid", "rational"])
 def test_compiled_update_evaluates_like_the_eager_one(gate_form):
     """compile_update fuses the evaluation update (torch.compile); the numbers do not change."""
@@ -290,7 +289,7 @@ def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_th
     optimizer = torch.optim.Adam(groups)
     cfg = TrainConfig(bptt_sentences=2, grad_clip=0.25)
     curve = [before]
-    for epoch in range(4):
+    for _epoch in range(4):
         for batch in train:
             train_step(model, batch, optimizer, cfg)
         curve.append(evaluate(model, train)["loss"])

@@ -14,7 +14,15 @@ import itertools
 import pytest
 import torch
 
-from dynlm.models.naming import END, PAD, UNK, NamingBatch, NamingModelConfig, NamingSpec, build_naming_model
+from dynlm.models.naming import (
+    END,
+    PAD,
+    UNK,
+    NamingBatch,
+    NamingModelConfig,
+    NamingSpec,
+    build_naming_model,
+)
 from dynlm.models.naming_baseline import FrequencyBaseline
 from dynlm.modules.nce import nce_loss
 from dynlm.tasks.naming_metrics import NamingMetrics

@@ -9,8 +9,17 @@ import pytest
 import torch
 
 from dynlm.config import ConfigError
-from dynlm.models.naming import (END, PAD, START, UNK, LogBilinearNameModel, NamingBatch, NamingModelConfig,
-                                 NamingSpec, SubtokenNameModel, build_naming_model)
+from dynlm.models.naming import (
+    END,
+    PAD,
+    UNK,
+    LogBilinearNameModel,
+    NamingBatch,
+    NamingModelConfig,
+    NamingSpec,
+    SubtokenNameModel,
+    build_naming_model,
+)
 from dynlm.modules.nce import nce_loss
 
 # names: PAD, UNK + 5 names; subtokens: PAD, UNK, END, START + a (4), b (5)

@@ -7,7 +7,13 @@ import torch
 
 from dynlm.data.batching import collate_documents
 from dynlm.losses import token_nll
-from dynlm.models import RNNLM, build_model, rnn_lm_base, rnn_lm_small, rnn_lm_subword_small
+from dynlm.models import (
+    RNNLM,
+    build_model,
+    rnn_lm_base,
+    rnn_lm_small,
+    rnn_lm_subword_small,
+)
 
 E1, E2 = 20, 21
 

@@ -14,8 +14,8 @@ from dynlm.modules.entity_memory import (
     EntityMergeConfig,
     detach_memory,
     init_memory,
-    merge_mentions,
     mention_ranks,
+    merge_mentions,
     reset_memory,
 )
 

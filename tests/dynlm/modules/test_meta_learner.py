@@ -7,8 +7,15 @@ import math
 import pytest
 import torch
 
-from dynlm.modules.meta_learner import (GATE_FORMS, PREPROCESS_P, MetaLearner, UpdatePrior, gate_of, preprocess_gradient,
-                                        rational_features)
+from dynlm.modules.meta_learner import (
+    GATE_FORMS,
+    PREPROCESS_P,
+    MetaLearner,
+    UpdatePrior,
+    gate_of,
+    preprocess_gradient,
+    rational_features,
+)
 
 
 def _prior(shape, seed=0):

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from dynlm.data.batching import collate_documents
-from dynlm.modules.subword_embedding import SubwordAugmentedEmbedding, SubwordEncoder, shortlist_input_ids
+from dynlm.modules.subword_embedding import (
+    SubwordAugmentedEmbedding,
+    SubwordEncoder,
+    shortlist_input_ids,
+)
 
 
 def test_shortlist_ids(tiny_spec):

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from dynlm.config import field_paths
-from dynlm.search.space import SearchSpaceError, apply_params, check_trials_fit, data_configs, describe
+from dynlm.search.space import (
+    SearchSpaceError,
+    apply_params,
+    check_trials_fit,
+    data_configs,
+    describe,
+)
 from dynlm.search.space_file import load_search_space
 from pipelines.defaults import default_job
 

@@ -6,13 +6,19 @@ from collections import Counter
 
 import pytest
 import torch
+from char_task import (  # this folder (pytest rootdir import)
+    EOS,
+    CharDataConfig,
+    CharMetrics,
+    CharModelConfig,
+    CharTask,
+)
 
 from dynlm.data.readers import parse_file
 from dynlm.data.split import assign_split
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.tasks import TASKS, Task, get_task
 from dynlm.tasks.local import files_table, prepare_in_memory
-from char_task import EOS, CharDataConfig, CharMetrics, CharModelConfig, CharTask  # this folder (pytest rootdir import)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def test_synthetic_corpus_is_deterministic_and_answerable():
 
 
 def test_prepare_splits_by_question_quarantines_and_encodes(tmp_path):
-    path = write_synthetic_cbt(tmp_path, 60, seed=0)
+    write_synthetic_cbt(tmp_path, 60, seed=0)
     broken = tmp_path / "cbtest_CN_extra.txt"
     block = synthetic_cbt_text(1, seed=9)
     answer = block.split("\t")[1]

@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from dynlm.tasks.naming_metrics import CURVE_FIELDS, THRESHOLDS, TOTALS, NamingMetrics, subtoken_scores
+from dynlm.tasks.naming_metrics import (
+    CURVE_FIELDS,
+    THRESHOLDS,
+    TOTALS,
+    NamingMetrics,
+    subtoken_scores,
+)
 
 KNOWN = {("get", "name"), ("set", "name"), ("get", "value")}
 

@@ -11,11 +11,11 @@ import torch
 
 from dynlm import checkpoint
 from dynlm.data.config import DataConfig
-from dynlm.tasks.local import prepare_local
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.dynamic_eval import DEFAULT_ETAS, DEFAULT_LAMBDAS
 from dynlm.models import build_model
 from dynlm.models.rnn_lm import rnn_lm_small
+from dynlm.tasks.local import prepare_local
 from pipelines.cli import main
 
 

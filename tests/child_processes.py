@@ -1,0 +1,72 @@
+"""Child processes of a test, stopped when it ends (the ``processes`` fixture of ``tests/conftest.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+#: Every process the test suite starts carries this variable (tests/conftest.py sets it once per
+#: session; children inherit it): the session-end check finds what outlived the suite by it.
+SESSION_ENV = "DYNLM_TEST_SESSION"
+
+
+class Processes:
+    """Starts child processes for one test and stops each one's whole process group at the end.
+
+    ``popen`` and ``run`` take :class:`subprocess.Popen`'s arguments; every child gets a process
+    group of its own (``start_new_session``), so a child's own children are stopped too.
+    """
+
+    def __init__(self) -> None:
+        self._started: list[subprocess.Popen] = []
+
+    def popen(self, argv, **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("start_new_session", True)
+        if kwargs.get("env") is not None:  # a hand-made environment still marks the child as ours
+            kwargs["env"] = {**kwargs["env"], SESSION_ENV: os.environ[SESSION_ENV]}
+        process = subprocess.Popen(argv, **kwargs)
+        self._started.append(process)
+        return process
+
+    def run(self, argv, *, timeout: float, input=None, capture_output=False, text=None,
+            **kwargs) -> subprocess.CompletedProcess:
+        if capture_output:
+            kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+        if input is not None:
+            kwargs["stdin"] = subprocess.PIPE
+        process = self.popen(argv, text=text, **kwargs)
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(process)
+            raise
+        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    @staticmethod
+    def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+        """SIGTERM the process's group, then SIGKILL it after ``grace_s``."""
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except OSError:
+                pass  # the group is gone
+            try:
+                process.wait(timeout=wait_s)
+                if sig == signal.SIGTERM:
+                    os.killpg(process.pid, signal.SIGKILL)  # the group's other members
+                return
+            except subprocess.TimeoutExpired:
+                continue
+            except OSError:
+                return
+
+    def stop_all(self) -> None:
+        for process in self._started:
+            if process.poll() is None:
+                self.stop(process)
+            else:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)  # what its own children left running
+                except OSError:
+                    pass
