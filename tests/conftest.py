@@ -101,6 +101,9 @@ def pytest_runtest_call(item):
 
 os.environ[SESSION_ENV] = uuid.uuid4().hex
 OUTLIVE_GRACE_S = float(os.environ.get("DYNLM_TEST_OUTLIVE_GRACE_S", "30"))
+#: Helpers that multiprocessing starts for the pytest process itself (a spawn start method, torch's
+#: shared memory): they exit when the pytest process does (their pipe closes), so they are not leaks.
+TIED_TO_PYTEST = ("from multiprocessing.resource_tracker import main", "from multiprocessing.forkserver import main")
 
 
 def processes_of_this_session() -> list[tuple[int, str]]:
@@ -114,12 +117,15 @@ def processes_of_this_session() -> list[tuple[int, str]]:
         try:
             if token not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if state != "Z":  # a zombie has ended; its parent only has not reaped it yet
-            found.append((int(entry.name), command))
+        if state == "Z":  # a zombie has ended; its parent only has not reaped it yet
+            continue
+        if int(parent) == os.getpid() and any(helper in command for helper in TIED_TO_PYTEST):
+            continue
+        found.append((int(entry.name), command))
     return found
 
 
