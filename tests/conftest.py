@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from child_processes import SESSION_ENV, Processes
+from child_processes import SESSION_ENV, Processes, processes_of_this_session
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DYNLM_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -101,32 +101,6 @@ def pytest_runtest_call(item):
 
 os.environ[SESSION_ENV] = uuid.uuid4().hex
 OUTLIVE_GRACE_S = float(os.environ.get("DYNLM_TEST_OUTLIVE_GRACE_S", "30"))
-#: Helpers that multiprocessing starts for the pytest process itself (a spawn start method, torch's
-#: shared memory): they exit when the pytest process does (their pipe closes), so they are not leaks.
-TIED_TO_PYTEST = ("from multiprocessing.resource_tracker import main", "from multiprocessing.forkserver import main")
-
-
-def processes_of_this_session() -> list[tuple[int, str]]:
-    """(pid, command line) of the running processes, other than this one, whose environment
-    carries this session's :data:`SESSION_ENV` value."""
-    token = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if token not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        if state == "Z":  # a zombie has ended; its parent only has not reaped it yet
-            continue
-        if int(parent) == os.getpid() and any(helper in command for helper in TIED_TO_PYTEST):
-            continue
-        found.append((int(entry.name), command))
-    return found
 
 
 @pytest.fixture(scope="session", autouse=True)
