@@ -31,14 +31,23 @@ from dynlm.data.publish import PreparedDataMissing, QuarantineError, prepare_fol
 from dynlm.tasks import DEFAULT_TASK, Task, get_task
 
 DOCS_PER_BLOCK = 32  # Ray Data block size after parsing (spreads one big file over the actors)
+COUNT_SHUFFLE = "sort_shuffle_pull_based"  # ray.data ShuffleStrategy of the word-count groupby
 
 __all__ = ["PreparedDataMissing", "QuarantineError", "prepare"]
 
 
 def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
-    """Counts of the train split: per-batch ``task.count_train``, then a Ray Data groupby-sum."""
+    """Counts of the train split: per-batch ``task.count_train``, then a Ray Data groupby-sum.
+
+    The groupby runs as a pull-based sort shuffle (:data:`COUNT_SHUFFLE`: tasks on Ray's pooled
+    workers). Ray 2.60's default hash shuffle starts aggregator actors, new processes, for every
+    groupby: seconds of fixed cost per prepare (``benchmarks/bench_fixed_costs.py`` compares them).
+    """
+    from ray.data.context import ShuffleStrategy
+
     num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
     counted = parsed.map_batches(task.count_train, batch_format="pyarrow", batch_size=None)
+    counted.context.shuffle_strategy = ShuffleStrategy(COUNT_SHUFFLE)
     counts: dict[str, int] = {}
     for batch in counted.groupby("word", num_partitions=num_partitions).sum("count").iter_batches(
             batch_format="pyarrow", batch_size=None):

@@ -62,6 +62,7 @@ RAY_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"  # Ray Train's run state
 RESOURCE_WAIT_ENV = "DYNLM_RESOURCE_WAIT_S"  # how long a cluster may take to offer the workers
 DEFAULT_RESOURCE_WAIT_S = 600.0
 RESOURCE_POLL_S = 5.0
+CACHE_STORE_FRACTION = 0.1  # run.cache_train_split=auto caches a train split up to this share of the object store
 
 
 class InjectedFault(RuntimeError):
@@ -379,6 +380,8 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
     # local paths or URIs; the filesystem carries the store's settings (endpoint, region)
     train_data = ray.data.read_parquet([str(p) for p in prepared.files("train")], filesystem=prepared.filesystem)
     train_data.context.enable_progress_bars = False  # one bar per worker per epoch is noise
+    if caches_train_split(run, prepared):
+        train_data = train_data.materialize()
     resources = {"CPU": run.cpus_per_worker}
     if run.use_gpu:
         resources["GPU"] = 1
@@ -399,6 +402,23 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
         datasets={"train": train_data},
         dataset_config=ray.train.DataConfig(execution_options=options),
     )
+
+
+def caches_train_split(run: RunSettings, prepared: PreparedData) -> bool:
+    """Whether the train split is read once into Ray's object store (``run.cache_train_split``).
+
+    Streamed, every epoch is a new Ray Data execution: read tasks start, the first block reaches
+    the workers seconds later (2-10 s per epoch measured on 2 cores for a 24-document corpus).
+    Cached, an epoch splits blocks already in the object store (0.1 s). ``auto`` caches a split
+    whose Arrow data (Parquet metadata, uncompressed) takes at most ``CACHE_STORE_FRACTION`` of
+    the cluster's object store; a larger one streams, so memory stays bounded.
+    """
+    import ray
+
+    if run.cache_train_split != "auto":
+        return run.cache_train_split == "always"
+    store = ray.cluster_resources().get("object_store_memory", 0.0)
+    return prepared.split_bytes("train") <= CACHE_STORE_FRACTION * store
 
 
 def check_workers_fit(run: RunSettings) -> None:

@@ -22,6 +22,7 @@ Two checks keep the tiers honest:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -157,9 +158,22 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow_db(tmp_path_factory) -> Path:
+    """An MLflow SQLite store with its tables created and nothing in it, made once per session:
+    creating the tables (MLflow's migrations) takes 1.5-2.5 s, copying the file 0.05 s."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()  # creates and migrates the tables
+    return path
+
+
 @pytest.fixture
-def mlflow_uri(tmp_path, monkeypatch):
-    """A fresh MLflow tracking + registry store on SQLite, artifacts in tmp_path."""
+def mlflow_uri(tmp_path, monkeypatch, empty_mlflow_db):
+    """A fresh MLflow tracking + registry store on SQLite (a copy of the session's empty store),
+    artifacts in tmp_path."""
+    shutil.copy(empty_mlflow_db, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DYNLM_MLFLOW_ARTIFACTS", str(tmp_path / "mlartifacts"))

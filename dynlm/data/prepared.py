@@ -140,6 +140,11 @@ class PreparedData:
         """Number of documents of a split (from the Parquet metadata, no data read)."""
         return sum(parquet.metadata.num_rows for parquet in self._tables(self._folder(split)))
 
+    def split_bytes(self, split: str) -> int:
+        """Uncompressed size of a split (its Arrow data in memory), from the Parquet metadata."""
+        return sum(parquet.metadata.row_group(i).total_byte_size
+                   for parquet in self._tables(self._folder(split)) for i in range(parquet.metadata.num_row_groups))
+
     def quarantine_rows(self) -> list[dict]:
         """All quarantined records (QUARANTINE_SCHEMA rows)."""
         rows: list[dict] = []

@@ -34,12 +34,13 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def champion_store(ray_session, corpora, tmp_path_factory) -> Path:
+def champion_store(ray_session, corpora, tmp_path_factory, empty_mlflow_db) -> Path:
     """A SQLite store holding dynlm-dntm v1 @champion, trained 1 epoch (a beatable champion)."""
     from pipelines.prepare import prepare
     from pipelines.train import run_training
 
     root = tmp_path_factory.mktemp("champion")
+    shutil.copy(empty_mlflow_db, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     job = JobConfig.from_dict({
         "data": {"inputs": [str(corpora["initial"])], "format": "conll", "output_root": str(root / "prepared"),
@@ -160,7 +161,8 @@ def test_two_concurrent_retrains_promote_once(store, corpora, tmp_path):
 
 
 def test_crash_before_promotion_leaves_the_champion(store, corpora, tmp_path):
-    cfg = _config(tmp_path, corpora, store, fail_before_promote=True)
+    cfg = _config(tmp_path, corpora, store, fail_before_promote=True,  # one epoch: the crash is after training
+                  job_overrides=["train.epochs=1", "train.lr=0.01", f"run.storage_path={tmp_path / 'ray'}"])
     with pytest.raises(InjectedFailure):
         retrain(cfg)
     assert _champion(store) == "1"

@@ -23,6 +23,7 @@ repeats the uninterrupted one bit for bit.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -55,10 +56,12 @@ def ray_tmps():
         stop_and_remove(folder)
 
 
-def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, ray_tmps, processes):
+def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, ray_tmps, processes,
+                                                                              empty_mlflow_db):
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     killed_tmp, resumed_tmp, straight_tmp = ray_tmps
     run_dir = tmp_path / "ray" / "killed"
+    shutil.copy(empty_mlflow_db, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     # rank 0 kills the driver (its line goes to the worker's log, not to this output)

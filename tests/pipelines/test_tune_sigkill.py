@@ -14,6 +14,7 @@ until the resume closes it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,8 +52,10 @@ def ray_tmps():
         stop_and_remove(folder)
 
 
-def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_path, ray_tmps, processes):
+def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_path, ray_tmps, processes,
+                                                                         empty_mlflow_db):
     killed_tmp, resumed_tmp = ray_tmps
+    shutil.copy(empty_mlflow_db, tmp_path / "mlflow.db")
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({

@@ -1,0 +1,105 @@
+"""Fixed costs of a small pipeline run: what a 24-document test (or a user's first try) pays.
+
+Prints, in one run on one local Ray:
+  prepare   the prepare job twice per word-count shuffle (``pipelines.prepare.COUNT_SHUFFLE``:
+            Ray 2.60's default hash shuffle, which starts aggregator actors, against the
+            pull-based sort shuffle on pooled task workers): wall and the count-and-fit stage;
+  train     ``run_training`` (2 workers, 3 epochs) with the train split streamed every epoch
+            (``run.cache_train_split=never``) and cached once in the object store (``always``):
+            seconds of each epoch's training pass and the whole run's wall.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_fixed_costs.py                   # synthetic, 24 documents
+    .venv/bin/python benchmarks/bench_fixed_costs.py --corpus litbank  # 24 LitBank documents
+
+The LitBank documents are real (ragged sentences, long chains); read from ``../shared/data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+LITBANK = Path(__file__).resolve().parents[2] / "shared" / "data" / "litbank" / "conll"
+SHUFFLES = ("hash_shuffle", "sort_shuffle_pull_based")
+
+
+def corpus(kind: str, folder: Path, docs: int) -> Path:
+    out = folder / "inputs"
+    if kind == "synth":
+        from dynlm.data.synth import SynthConfig, write_conll
+
+        write_conll(SynthConfig(num_documents=docs, docs_per_file=12), out)
+    else:
+        out.mkdir(parents=True)
+        for path in sorted(LITBANK.glob("*"))[:docs]:
+            shutil.copy(path, out / path.name)
+    return out
+
+
+def job_for(inputs: Path, folder: Path, *overrides: str):
+    from pipelines.defaults import default_job
+
+    return default_job([
+        f"data.inputs=[{inputs}]", f"data.output_root={folder / 'prepared'}", "data.vocab_size=300",
+        "data.num_encode_actors=1", "model.embed_dim=16", "model.hidden_dim=16", "train.epochs=3",
+        "train.batch_size=4", "train.early_stopping_patience=0", f"run.storage_path={folder / 'ray'}",
+        "run.register=false", "run.num_workers=2", *overrides])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=("synth", "litbank"), default="synth")
+    parser.add_argument("--docs", type=int, default=24)
+    args = parser.parse_args()
+
+    import os
+
+    import ray
+
+    import pipelines.prepare as prepare_module
+    from pipelines.ray_env import claim_address_file
+    from pipelines.train import run_training
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(folder / "artifacts")
+    ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False)
+    claim_address_file()
+    inputs = corpus(args.corpus, folder, args.docs)
+
+    print(f"corpus: {args.corpus}, {args.docs} documents; 2 CPUs, one local Ray\n")
+    print("| prepare: word-count shuffle | try | wall s | count+fit s |")
+    print("|---|---|---|---|")
+    prepared = None
+    merges = 30
+    for shuffle in SHUFFLES:
+        prepare_module.COUNT_SHUFFLE = shuffle
+        for attempt in (1, 2):
+            merges += 1  # another folder every time: nothing reused
+            job = job_for(inputs, folder, f"data.bpe_merges={merges}")
+            started = time.perf_counter()
+            prepared = prepare_module.prepare(job.data, progress=False)
+            timings = prepared.manifest["timings_s"]
+            print(f"| {shuffle} | {attempt} | {time.perf_counter() - started:.1f} | {timings['count_and_fit']:.1f} |")
+
+    print("\n| train split | epoch 1 s | epoch 2 s | epoch 3 s | run wall s |")
+    print("|---|---|---|---|---|")
+    for cache in ("never", "always"):
+        job = job_for(inputs, folder, f"data.bpe_merges={merges}", f"run.cache_train_split={cache}",
+                      f"run.name=cache-{cache}")
+        started = time.perf_counter()
+        result = run_training(job, prepared)
+        epochs = " | ".join(f"{r['train_seconds']:.1f}" for r in result.history)
+        print(f"| {'streamed every epoch' if cache == 'never' else 'cached once'} | {epochs} | "
+              f"{time.perf_counter() - started:.1f} |")
+    ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
