@@ -72,6 +72,8 @@ def test_run_settings_validation():
         RunSettings.from_dict({"name": "a/b"})
     with pytest.raises(ConfigError, match="integer"):
         RunSettings.from_dict({"num_workers": "two"})
+    with pytest.raises(ConfigError, match="run.cache_train_split must be one of auto, always, never, got 'yes'"):
+        RunSettings.from_dict({"cache_train_split": "yes"})
 
 
 def test_yaml_file_and_cli_flags(tmp_path):

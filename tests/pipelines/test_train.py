@@ -81,6 +81,13 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
         assert r["train_documents"] + r["train_documents_dropped"] == prepared.num_documents("train")
         assert 0 <= r["train_documents_dropped"] < 2
     assert all(0.0 <= r["train_padding_fraction"] < 1.0 for r in history)
+    # the train split is this small: read once into the object store, not again every epoch
+    from dynlm.job import RunSettings
+    from pipelines.train import caches_train_split
+
+    assert caches_train_split(RunSettings(), prepared)
+    assert caches_train_split(RunSettings(cache_train_split="always"), prepared)
+    assert not caches_train_split(RunSettings(cache_train_split="never"), prepared)
     # the validation metrics cover the whole valid split (summed over ranks)
     assert history[0]["valid_tokens"] == sum(
         sum(n - 1 for n in row["sentence_lengths"]) for row in prepared.iter_rows("valid"))

@@ -39,6 +39,10 @@ def test_prepare_local_and_read_back(tmp_path):
     assert pq.read_schema(next((data.root / "quarantine").glob("*.parquet"))).equals(QUARANTINE_SCHEMA)
     with pytest.raises(KeyError, match="unknown split"):
         data.files("dev")
+    # the uncompressed (in-memory Arrow) size of a split, what run.cache_train_split=auto compares
+    train = pq.read_table(data.files("train")[0])
+    assert data.split_bytes("train") == pq.ParquetFile(data.files("train")[0]).metadata.row_group(0).total_byte_size
+    assert 0.5 * train.nbytes < data.split_bytes("train") < 2 * train.nbytes
 
 
 def test_open_requires_manifest(tmp_path):
