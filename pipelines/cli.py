@@ -29,16 +29,18 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     A config typo or an unknown ``--set`` key (:class:`dynlm.config.ConfigError`, which
     includes Tune's SearchSpaceError), a missing input, config or checkpoint file
     (``FileNotFoundError``), a run name that is taken (``FileExistsError``), inputs that follow
-    no single split rule or leave the train split empty; plus, in
+    no single split rule or leave the train split empty, records quarantined under ``--strict``
+    (``QuarantineError``); plus, in
     :func:`is_user_error`, a registered model or alias MLflow does not know and a tracking
     server that does not answer (``pipelines.tracking.TrackingServerUnreachable``).
     Anything else is a bug or an infrastructure failure and keeps its traceback.
     """
     from dynlm.config import ConfigError
     from dynlm.data.prepared_writer import EmptyTrainSplit
+    from dynlm.data.publish import QuarantineError
     from dynlm.data.split import SplitRuleError
 
-    return (ConfigError, FileNotFoundError, FileExistsError, EmptyTrainSplit, SplitRuleError)
+    return (ConfigError, FileNotFoundError, FileExistsError, EmptyTrainSplit, SplitRuleError, QuarantineError)
 
 
 def is_user_error(exc: BaseException) -> bool:

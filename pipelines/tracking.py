@@ -42,7 +42,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dynlm import checkpoint_folder, figures, promotion, serving, storage
-from dynlm.config import flatten_config, seconds_from_env
+from dynlm.config import ConfigError, flatten_config, seconds_from_env
 from dynlm.data.prepared import PreparedData
 from dynlm.tasks import DEFAULT_TASK, get_task
 from pipelines import console
@@ -77,7 +77,7 @@ def tracking_uri(explicit: str | None = None) -> str:
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri[len('sqlite:///'):]).resolve()}"
     elif not storage.is_uri(uri):
-        raise ValueError(
+        raise ConfigError(
             f"tracking URI {uri!r} is a bare path: MLflow's file store is deprecated; "
             f"use sqlite:///{Path(uri).resolve() / 'mlflow.db'} or an http(s):// server"
         )
@@ -387,8 +387,8 @@ def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
     import dynlm
     from pipelines import pyfunc_model
 
-    def pinned(dist: str) -> str:
-        return f"{dist}=={importlib.metadata.version(dist)}"
+    def pinned(dist: str) -> str:  # the public version: "2.13.0+cpu" -> "2.13.0" (an index serves no local label)
+        return f"{dist}=={importlib.metadata.version(dist).split('+')[0]}"
 
     return {
         "python_model": str(Path(pyfunc_model.__file__).resolve()),

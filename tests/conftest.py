@@ -41,9 +41,12 @@ SHARED_DATA = Path(os.environ.get("DYNLM_SHARED_DATA", REPO.parent / "shared" / 
 #: Fixtures that start something outside this process (directly or through a fixture they use).
 E2E_FIXTURES = frozenset({"ray_session", "processes", "gloo_ranks", "mlflow_server"})
 #: Libraries whose own helper processes a unit test may start, because the library waits for
-#: them: torch.compile's inductor (the C++ compiler, a check that the built library loads) and
-#: GitPython (MLflow asks git for the source version of a run). Matched on the calling frames.
-ALLOWED_CALLERS = (f"{os.sep}torch{os.sep}_inductor{os.sep}", f"{os.sep}git{os.sep}cmd.py")
+#: them: torch.compile's inductor (the C++ compiler, a check that the built library loads),
+#: GitPython (MLflow asks git for the source version of a run) and the standard library's
+#: ``platform`` (``platform.processor()`` runs ``uname -p`` once per process: whichever test
+#: first imports what asks for it). Matched on the calling frames.
+ALLOWED_CALLERS = (f"{os.sep}torch{os.sep}_inductor{os.sep}", f"{os.sep}git{os.sep}cmd.py",
+                   f"{os.sep}platform.py")
 # inductor compiles in this process, not in a pool of compile workers that would outlive a test
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dynlm.config import ConfigError
+
 EPILOG = """\
 examples:
   dynlm evaluate --model models:/dynlm-dntm@champion --data runs/prepared/<hash>
@@ -184,7 +186,7 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
     stats_data = open_prepared(stats_root, spec, preprocessor)
     train_rows = list(stats_data.iter_rows("train"))
     if not train_rows:
-        raise SystemExit(f"dynlm evaluate --dynamic-eval: {stats_root} has no train documents")
+        raise ConfigError(f"evaluate --dynamic-eval: {stats_root} has no train documents")
     stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
                                segment_len=args.segment_len, max_segments=args.stats_segments)
     text = []
@@ -192,7 +194,7 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
         tune_root = args.tune_data or stats_root
         valid_rows = list(open_prepared(tune_root, spec, preprocessor).iter_rows("valid"))[: args.tune_documents]
         if not valid_rows:
-            raise SystemExit(f"dynlm evaluate --eta auto: {tune_root} has no valid documents (give "
+            raise ConfigError(f"evaluate --eta auto: {tune_root} has no valid documents (give "
                              "--tune-data PREPARED or a number for --eta)")
         lambdas = DEFAULT_LAMBDAS if args.lam is None else (args.lam,)
         valid = list(batch_documents(valid_rows, spec, args.batch_size, seed=None))  # read once per setting
@@ -211,11 +213,11 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
 
 def run(args: argparse.Namespace) -> int:
     if args.dynamic_eval and not (args.stats_data or is_prepared_folder(args.data)):
-        raise SystemExit("dynlm evaluate --dynamic-eval: give --stats-data PREPARED (its train "
+        raise ConfigError("evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
     task, torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
     if args.dynamic_eval and task.name != "lm":
-        raise SystemExit(f"dynlm evaluate --dynamic-eval: the LM task's models only, not {task.name!r}")
+        raise ConfigError(f"evaluate --dynamic-eval: the LM task's models only, not {task.name!r}")
     prepared = None
     if is_prepared_folder(args.data):
         prepared = open_prepared(args.data[0], spec, preprocessor)
@@ -224,9 +226,9 @@ def run(args: argparse.Namespace) -> int:
         source = f"{prepared.root} [{split}]"
     else:
         if args.split:
-            raise SystemExit("dynlm evaluate: --split applies to a prepared folder, not to raw files")
+            raise ConfigError("evaluate: --split applies to a prepared folder, not to raw files")
         if preprocessor is None:
-            raise SystemExit(f"dynlm evaluate: {args.model} has no preprocessor.json next to it; raw "
+            raise ConfigError(f"evaluate: {args.model} has no preprocessor.json next to it; raw "
                              "files need one (use a registered model or a prepared folder)")
         rows, rejected = raw_rows(task, args.data, preprocessor, args)
         source = f"{len(args.data)} path(s), {len(rows)} documents"

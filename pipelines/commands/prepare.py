@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 QUARANTINE_EXIT_CODE = 2
 
@@ -25,7 +24,7 @@ def register(subparsers) -> None:
                              "development/) keep that split; unsplit inputs are split by document hash")
     parser.add_argument("--output-root", help="where prepared folders go (default: the config's output_root)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a data setting, e.g. --set vocab_size=5000 (repeatable)")
+                        help="override a data setting, e.g. --set data.vocab_size=5000 (the data. prefix is optional; repeatable)")
     parser.add_argument("--strict", action="store_true",
                         help=f"exit with code {QUARANTINE_EXIT_CODE} if any input record is quarantined")
     parser.add_argument("--no-progress", action="store_true", help="hide Ray Data progress bars")
@@ -70,23 +69,30 @@ def load_data_config(config_path: str | None, inputs: list[str], output_root: st
         data["output_root"] = output_root
     if "inputs" not in data and not _has_default_inputs(task.data_config):
         raise ConfigError("no inputs: pass --input PATH (repeatable) or set `inputs:` in --config")
-    return task, task.data_config.from_dict(data).with_overrides(overrides)
+    return task, task.data_config.from_dict(data).with_overrides([_data_key(item) for item in overrides])
+
+
+def _data_key(override: str) -> str:
+    """``data.vocab_size=5000`` (the key as `train`, `tune` and `run` spell it) or ``vocab_size=5000``
+    -> ``vocab_size=5000``; another section's key is a one-line error."""
+    from dynlm.config import ConfigError
+
+    key, _, value = override.partition("=")
+    section, dot, name = key.partition(".")
+    if not dot:
+        return override
+    if section != "data":
+        raise ConfigError(f"--set {override}: dynlm prepare takes data settings only (data.{name}=... or "
+                          f"{name}=...); {section}.* belongs to dynlm train / tune / run")
+    return f"{name}={value}"
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from dynlm.config import ConfigError
-    from dynlm.data.split import SplitRuleError
-    from pipelines.prepare import QuarantineError, prepare
+    """Config errors, inputs that follow no split rule and ``--strict`` quarantines are user
+    errors: ``pipelines.cli.main`` prints them as one line and exits 2."""
+    from pipelines.prepare import prepare
 
-    try:
-        task, cfg = load_data_config(args.config, args.input, args.output_root, args.overrides, args.task)
-    except ConfigError as exc:
-        print(f"dynlm prepare: {exc}", file=sys.stderr)
-        return QUARANTINE_EXIT_CODE
-    try:
-        prepared = prepare(cfg, task=task, strict=args.strict, progress=not args.no_progress)
-    except (QuarantineError, SplitRuleError) as exc:  # bad data or inputs: one line, no traceback
-        print(f"dynlm prepare: {exc}", file=sys.stderr)
-        return QUARANTINE_EXIT_CODE
+    task, cfg = load_data_config(args.config, args.input, args.output_root, args.overrides, args.task)
+    prepared = prepare(cfg, task=task, strict=args.strict, progress=not args.no_progress)
     print(f"prepared data: {prepared.root}")
     return 0

@@ -36,13 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from dynlm.config import ConfigError
     from pipelines.retrain import RetrainConfig, RetrainError, retrain
 
-    try:
+    try:  # a ConfigError or a missing file: one line, exit 2 (pipelines.cli.main)
         cfg = RetrainConfig.from_yaml(args.config, overrides=args.overrides)
-        if args.tracking_uri:
-            cfg = cfg.replace(tracking_uri=args.tracking_uri)
-    except (ConfigError, OSError) as exc:
-        print(f"dynlm retrain: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise ConfigError(f"retrain --config {args.config}: {exc}") from exc
+    if args.tracking_uri:
+        cfg = cfg.replace(tracking_uri=args.tracking_uri)
     try:
         result = retrain(cfg)
     except RetrainError as exc:

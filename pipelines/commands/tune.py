@@ -43,17 +43,17 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from dynlm.config import ConfigError
     from dynlm.job import with_storage_env
-    from dynlm.search.space import SearchSpaceError
     from dynlm.search.space_file import load_search_space
     from pipelines.defaults import default_job
     from pipelines.tune import resume_search, run_search
 
     if bool(args.space) == bool(args.resume):
-        raise SystemExit("dynlm tune: give exactly one of --space FILE or --resume EXPERIMENT")
+        raise ConfigError("tune: give exactly one of --space FILE or --resume EXPERIMENT")
     if args.resume:
         if args.overrides or args.name:
-            raise SystemExit("dynlm tune --resume: --set and --name cannot change a search being resumed")
+            raise ConfigError("tune --resume: --set and --name cannot change a search being resumed")
         if args.tracking_uri:
             os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
         result = resume_search(args.resume, storage_path=args.storage_path)  # None: $DYNLM_STORAGE_PATH
@@ -61,12 +61,9 @@ def run(args: argparse.Namespace) -> int:
         overrides = with_storage_env(args.overrides)
         if args.tracking_uri:
             overrides.append(f"run.tracking_uri={args.tracking_uri}")
-        try:
-            space = load_search_space(args.space, overrides, base_job=default_job())  # every error before Ray starts
-            result = run_search(space, experiment=args.name)  # or before any trial (resources)
-        except SearchSpaceError as exc:
-            print(f"dynlm tune: {exc}", file=sys.stderr)
-            return 2
+        # a SearchSpaceError (a ConfigError: one line, exit 2) comes before Ray starts, or before any trial
+        space = load_search_space(args.space, overrides, base_job=default_job())
+        result = run_search(space, experiment=args.name)
     if result.interrupted:
         return 3  # interrupted: resume with --resume
     if result.num_finished == 0:

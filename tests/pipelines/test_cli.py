@@ -95,3 +95,15 @@ def test_installed_command_prints_one_line(tmp_path, processes):
                          capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "dynlm: error: override: unknown key 'model.hidden_dimm'\n")
+
+
+def test_a_bare_path_as_tracking_uri_is_one_line(capsys):
+    assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "x", "--tracking-uri", "mydir"]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("dynlm: error: tracking URI 'mydir' is a bare path: MLflow's file store is deprecated; "
+                           "use sqlite:///"), line
+
+
+def test_retrain_config_that_is_a_folder_is_one_line(tmp_path, capsys):
+    assert main(["retrain", "--config", str(tmp_path)]) == 2
+    assert _one_error_line(capsys).startswith(f"dynlm: error: retrain --config {tmp_path}: [Errno 21] Is a directory")

@@ -305,8 +305,8 @@ def test_mixed_named_and_unnamed_inputs_fail_before_writing(ray_session, named_c
     args = ["prepare", "--input", str(named_corpus), "--input", str(extra), "--output-root", str(tmp_path / "out"),
             "--no-progress", "--set", "bpe_merges=10"]
     assert main(args) == 2
-    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("dynlm prepare:")]
-    assert line.startswith("dynlm prepare: the inputs mix files whose path names their split (e.g. ")
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("dynlm: error:")]
+    assert line.startswith("dynlm: error: the inputs mix files whose path names their split (e.g. ")
     assert f"name none ({extra}/synth_000.conll)" in line and "Pass only the named files" in line
     assert not [p for p in (tmp_path / "out").iterdir() if p.is_dir()]  # nothing published, no temporary folder
 

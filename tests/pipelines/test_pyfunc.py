@@ -39,6 +39,11 @@ def test_saved_model_is_code_plus_plain_files(saved):
     state = torch.load(path / "artifacts" / "weights.pt", weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     assert mlmodel["signature"]["inputs"] and mlmodel["signature"]["outputs"]
+    # installable from a package index anywhere: public versions only (this machine's torch is
+    # 2.13.0+cpu, a local version label no index serves)
+    requirements = [line for line in (path / "requirements.txt").read_text().splitlines() if line]
+    assert {line.split("==")[0] for line in requirements} >= {"mlflow", "torch", "tokenizers"}
+    assert all("==" in line and "+" not in line for line in requirements), requirements
 
 
 def test_predict_raw_text_with_unseen_words(saved):

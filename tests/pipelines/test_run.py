@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from mlflow import MlflowClient
 
 from dynlm.tasks.lm_table import ROWS
@@ -71,5 +70,6 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     dynamic = _table(out, "dynamic evaluation (eta=")
     assert float(raw["all tokens"]) > 1.0 and float(dynamic["all tokens"]) > 1.0
 
-    with pytest.raises(SystemExit, match="--split applies to a prepared folder"):
-        main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "runs/synth", "--split", "test"])
+    assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "runs/synth", "--split", "test"]) == 2
+    assert capsys.readouterr().err == ("dynlm: error: evaluate: --split applies to a prepared folder, "
+                                       "not to raw files\n")

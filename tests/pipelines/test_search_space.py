@@ -80,5 +80,5 @@ def test_cli_rejects_a_bad_space_before_ray_starts(tmp_path, capsys):
     assert main(["tune", "--space", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "data.gamma must be in (0, 1], got 1.5" in err and str(bad) in err
-    with pytest.raises(SystemExit):
-        main(["tune"])  # neither --space nor --resume
+    assert main(["tune"]) == 2  # neither --space nor --resume
+    assert capsys.readouterr().err == "dynlm: error: tune: give exactly one of --space FILE or --resume EXPERIMENT\n"
