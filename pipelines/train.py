@@ -7,7 +7,10 @@ Three levels (Ray's own layout)::
     dynlm train                   the command line (pipelines/commands/train.py)
 
 Data. Each worker streams its shard of ``train`` with ``ray.train.get_dataset_shard`` (Ray Data
-reads the Parquet files; nothing is loaded whole on the driver). One row is one document, so a
+reads the Parquet files; nothing is loaded whole on the driver). A train split that takes at most
+``CACHE_STORE_FRACTION`` of the object store is read once into it (``run.cache_train_split``,
+:func:`caches_train_split`): every epoch then splits blocks already there instead of starting a
+new read (seconds per epoch on a small corpus). One row is one document, so a
 document never straddles two ranks. Rows are buffered ``SORT_BUFFER_BATCHES`` batches at a time
 and grouped by length (:func:`dynlm.data.batching.batch_documents`); the padding waste is
 reported per epoch. ``valid`` is small and not a Ray Dataset (three concurrent Ray Data
@@ -63,6 +66,10 @@ RESOURCE_WAIT_ENV = "DYNLM_RESOURCE_WAIT_S"  # how long a cluster may take to of
 DEFAULT_RESOURCE_WAIT_S = 600.0
 RESOURCE_POLL_S = 5.0
 CACHE_STORE_FRACTION = 0.1  # run.cache_train_split=auto caches a train split up to this share of the object store
+# Ray Train's controller polls its workers every $RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (Ray's default
+# 2 s), and a run's end is seen at the next poll: 0.5 s unless the user set it (a bare 2-worker
+# fit() took 15.9-19.3 s against 19.8-22.2 s on 2 cores, benchmarks/results/fixed_costs.md).
+POLL_ENV, POLL_INTERVAL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
 
 
 class InjectedFault(RuntimeError):
@@ -370,6 +377,7 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
     from ray.train.torch import TorchConfig, TorchTrainer
 
     run = job.run
+    os.environ.setdefault(POLL_ENV, POLL_INTERVAL_S)  # read by TorchTrainer (passed to its controller)
     options = ray.train.DataConfig.default_ingest_options()
     options.preserve_order = True  # deterministic shards: same seed, same result
     callbacks = []
