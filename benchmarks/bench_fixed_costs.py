@@ -6,12 +6,15 @@ Prints, in one run on one local Ray:
             pull-based sort shuffle on pooled task workers): wall and the count-and-fit stage;
   train     ``run_training`` (2 workers, 3 epochs) with the train split streamed every epoch
             (``run.cache_train_split=never``) and cached once in the object store (``always``):
-            seconds of each epoch's training pass and the whole run's wall.
+            seconds of each epoch's training pass and the whole run's wall;
+  poll      ``--poll``: a bare ``TorchTrainer.fit()`` (2 workers, gloo, one report) three times with
+            Ray Train's default poll interval (2 s) and three times with dynlm's (0.5 s).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_fixed_costs.py                   # synthetic, 24 documents
     .venv/bin/python benchmarks/bench_fixed_costs.py --corpus litbank  # 24 LitBank documents
+    .venv/bin/python benchmarks/bench_fixed_costs.py --poll            # the poll interval only
 
 The LitBank documents are real (ragged sentences, long chains); read from ``../shared/data``.
 """
@@ -51,10 +54,41 @@ def job_for(inputs: Path, folder: Path, *overrides: str):
         "run.register=false", "run.num_workers=2", *overrides])
 
 
+def _report_once(config) -> None:
+    import ray.train
+
+    ray.train.report({"done": 1})
+
+
+def bare_fits(folder: Path) -> None:
+    """Three bare 2-worker fits per poll interval (the controller reads the variable at fit())."""
+    import os
+
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from pipelines.train import POLL_ENV, POLL_INTERVAL_S
+
+    print("| RAY_TRAIN_HEALTH_CHECK_INTERVAL_S | fit 1 s | fit 2 s | fit 3 s |")
+    print("|---|---|---|---|")
+    for interval in ("2", POLL_INTERVAL_S):
+        os.environ[POLL_ENV] = interval
+        seconds = []
+        for attempt in range(3):
+            started = time.perf_counter()
+            TorchTrainer(_report_once, torch_config=TorchConfig(backend="gloo"),
+                         scaling_config=ray.train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                         run_config=ray.train.RunConfig(storage_path=str(folder / "bare"),
+                                                        name=f"poll-{interval}-{attempt}")).fit()
+            seconds.append(time.perf_counter() - started)
+        print(f"| {interval} | " + " | ".join(f"{s:.1f}" for s in seconds) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=("synth", "litbank"), default="synth")
     parser.add_argument("--docs", type=int, default=24)
+    parser.add_argument("--poll", action="store_true", help="only the bare fits with both poll intervals")
     args = parser.parse_args()
 
     import os
@@ -69,7 +103,12 @@ def main() -> None:
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
     os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(folder / "artifacts")
     ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False)
-    claim_address_file()
+    claim_address_file()  # Train's placement-group cleaner finds the cluster through it
+    if args.poll:
+        bare_fits(folder)
+        ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+        return
     inputs = corpus(args.corpus, folder, args.docs)
 
     print(f"corpus: {args.corpus}, {args.docs} documents; 2 CPUs, one local Ray\n")
