@@ -47,6 +47,7 @@ def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
 
     num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
     counted = parsed.map_batches(task.count_train, batch_format="pyarrow", batch_size=None)
+    # this dataset's DataContext (a copy made at read time, shared with its parent), not the process's
     counted.context.shuffle_strategy = ShuffleStrategy(COUNT_SHUFFLE)
     counts: dict[str, int] = {}
     for batch in counted.groupby("word", num_partitions=num_partitions).sum("count").iter_batches(
