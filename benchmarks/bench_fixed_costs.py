@@ -8,13 +8,19 @@ Prints, in one run on one local Ray:
             (``run.cache_train_split=never``) and cached once in the object store (``always``):
             seconds of each epoch's training pass and the whole run's wall;
   poll      ``--poll``: a bare ``TorchTrainer.fit()`` (2 workers, gloo, one report) three times with
-            Ray Train's default poll interval (2 s) and three times with dynlm's (0.5 s).
+            Ray Train's default poll interval (2 s) and three times with dynlm's (0.5 s);
+  local env ``--local-env``: a fresh local Ray (a child process each) with Ray's own settings and
+            with dynlm's ``pipelines.ray_env.LOCAL_RAY_ENV`` (one Parquet footer reader, no
+            preemption watcher): prepare, then three 2-worker 1-epoch trainings; wall of each,
+            the actors Ray started, and the machine's busy CPU-seconds over the whole child
+            (Ray included; run it on a quiet machine).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_fixed_costs.py                   # synthetic, 24 documents
     .venv/bin/python benchmarks/bench_fixed_costs.py --corpus litbank  # 24 LitBank documents
     .venv/bin/python benchmarks/bench_fixed_costs.py --poll            # the poll interval only
+    .venv/bin/python benchmarks/bench_fixed_costs.py --local-env       # Ray's settings vs dynlm's
 
 The LitBank documents are real (ragged sentences, long chains); read from ``../shared/data``.
 """
@@ -84,12 +90,84 @@ def bare_fits(folder: Path) -> None:
         print(f"| {interval} | " + " | ".join(f"{s:.1f}" for s in seconds) + " |")
 
 
+def _busy_cpu_seconds() -> float:
+    """CPU-seconds this machine has spent busy since boot (/proc/stat, all cores): run on a quiet
+    machine, the difference around a child is what the child and its Ray cost."""
+    import os
+
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def local_env_child(settings: str, corpus_kind: str, docs: int) -> None:
+    """One fresh local Ray with ``settings`` (``ray`` or ``dynlm``): prepare, three trainings."""
+    import collections
+    import contextlib
+    import io
+    import os
+
+    import ray
+    from ray.util.state import list_actors
+
+    from pipelines.prepare import prepare
+    from pipelines.ray_env import LOCAL_RAY_ENV, claim_address_file, export_local_ray_env
+    from pipelines.train import run_training
+
+    for key in LOCAL_RAY_ENV:
+        os.environ.pop(key, None)
+    if settings == "dynlm":
+        export_local_ray_env()
+    folder = Path(tempfile.mkdtemp(prefix="bench-env-"))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(folder / "artifacts")
+    ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False)
+    claim_address_file()
+    inputs = corpus(corpus_kind, folder, docs)
+    job = job_for(inputs, folder, "train.epochs=1")
+    with contextlib.redirect_stdout(io.StringIO()):  # prepare's summary table
+        prepared = prepare(job.data, progress=False)
+    seconds = []
+    for attempt in range(3):
+        started = time.perf_counter()
+        run_training(job_for(inputs, folder, "train.epochs=1", f"run.name=env-{attempt}"), prepared)
+        seconds.append(time.perf_counter() - started)
+    actors = collections.Counter(a.class_name for a in list_actors(limit=10_000, raise_on_missing_output=False))
+    per_run = {name: actors[name] for name in ("FooterReader", "PreemptionWatcher", "TrainController")}
+    print(f"| {'Ray defaults' if settings == 'ray' else 'dynlm LOCAL_RAY_ENV'} | "
+          + " | ".join(f"{s:.1f}" for s in seconds) + f" | {per_run['FooterReader']} | "
+          f"{per_run['PreemptionWatcher']} | {sum(actors.values())} | ", end="", flush=True)
+    ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def local_env(corpus_kind: str, docs: int) -> None:
+    import subprocess
+    import sys
+
+    print(f"corpus: {corpus_kind}, {docs} documents; 2 CPUs; a fresh local Ray per row\n")
+    print("| settings | training 1 s | training 2 s | training 3 s | FooterReader actors | PreemptionWatcher actors "
+          "| actors in all | machine CPU-s (Ray start, prepare, 3 trainings) | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for settings in ("ray", "dynlm", "ray", "dynlm"):
+        busy, started = _busy_cpu_seconds(), time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--corpus", corpus_kind, "--docs", str(docs),
+                        "--local-env-child", settings], check=True, stderr=subprocess.DEVNULL)
+        print(f"{_busy_cpu_seconds() - busy:.0f} | {time.perf_counter() - started:.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=("synth", "litbank"), default="synth")
     parser.add_argument("--docs", type=int, default=24)
     parser.add_argument("--poll", action="store_true", help="only the bare fits with both poll intervals")
+    parser.add_argument("--local-env", action="store_true", help="only Ray's settings against LOCAL_RAY_ENV")
+    parser.add_argument("--local-env-child", choices=("ray", "dynlm"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.local_env:
+        return local_env(args.corpus, args.docs)
+    if args.local_env_child:
+        return local_env_child(args.local_env_child, args.corpus, args.docs)
 
     import os
 

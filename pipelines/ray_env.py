@@ -32,6 +32,22 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
+#: Settings of a local Ray that dynlm starts (one machine, local disk, no autoscaler), exported before
+#: ``ray.init`` so its workers inherit them; a value set in the environment wins. Ray's defaults
+#: are sized for a cluster, and on a local Ray they cost process start-ups that a small run pays
+#: again in every training and every Tune trial (each helper actor is a new Python process that
+#: imports Ray Train and torch: ~2 CPU-seconds). Measured: ``benchmarks/bench_fixed_costs.py
+#: --local-env`` (``benchmarks/results/fixed_costs.md``).
+LOCAL_RAY_ENV = {
+    # Ray Data's Parquet reader (datasource V2) reads footers on a pool of actors, 32 by default,
+    # each with 128 IO threads, started for every read and killed after it; a prepared split on
+    # local disk is a few files: one reader.
+    "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1",
+    # Ray Train's preemption watcher (one actor per training) polls for node drain notices, which
+    # only a cluster's autoscaler sends.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
 DRIVER_FILE = "dynlm_driver.json"  # in a local Ray's session folder: the dynlm driver that started it
 _SESSION_DIR = re.compile(r"^(.*/session_[0-9_-]+)(/|$)")  # <temp dir>/ray/session_<date>_<time>_<n>_<pid>
 
@@ -178,6 +194,12 @@ def started_here() -> bool:
     return ray.is_initialized() and node is not None and bool(node.head)
 
 
+def export_local_ray_env() -> None:
+    """Export :data:`LOCAL_RAY_ENV` (where not set) before a local ``ray.init`` in this process."""
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def init_ray(**local_init_kwargs) -> str:
     """Make sure Ray is initialized in this process.
 
@@ -211,6 +233,7 @@ def init_ray(**local_init_kwargs) -> str:
         except ConnectionError as exc:  # a stale address file from a stopped `ray start`
             logger.warning("no Ray cluster at the recorded address (%s); starting a local Ray", exc)
     reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
+    export_local_ray_env()
     ray.init(address="local", **{**output, **local_init_kwargs})  # never the recorded (stale) cluster
     import ray._private.worker as ray_worker  # the session folder is only exposed on the node object
 

@@ -286,14 +286,29 @@ def _default_storage_uri() -> str:
     return load_job(None).run.storage_uri()  # honours $DYNLM_STORAGE_PATH
 
 
+def saved_unfinished_trials(exp_uri: str) -> list[str]:
+    """Ids of the trials that Tune's saved experiment state holds as not ended: what
+    ``Tuner.restore(resume_unfinished=True)`` runs again.
+
+    The result grid that ``Tuner.fit()`` returns cannot tell: at an interrupt (Ctrl-C, SIGUSR1)
+    Tune saves the running trials as unfinished, then stops them and calls them TERMINATED in
+    memory, like trials that ended. Regression: a search interrupted in its last trial was
+    reported as ended, and its cut-short trial's MLflow run was closed as stopped by the scheduler.
+    """
+    from ray.tune import ExperimentAnalysis
+
+    return [t.trial_id for t in ExperimentAnalysis(exp_uri).trials if t.status not in ("TERMINATED", "ERROR")]
+
+
 def _finish(space: SearchSpace, tuner, context: dict, exp_uri: str, uri: str, start: float) -> SearchResult:
     from pipelines import tracking
 
     grid = tuner.fit()
     wall = time.time() - start
     parent_run_id = context["parent_run_id"]
-    ended = grid.num_terminated + grid.num_errors
-    interrupted = ended < len(grid) or len(grid) < space.expected_trials()
+    unfinished = saved_unfinished_trials(exp_uri)
+    ended = len(grid) - len(unfinished)
+    interrupted = bool(unfinished) or len(grid) < space.expected_trials()
     trials = collect_trials(grid, context, uri)
     if not interrupted:
         close_ended_runs(trials, grid, context, uri)

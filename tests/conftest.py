@@ -150,12 +150,13 @@ def ray_session():
     """A local Ray cluster (2 CPUs) shared by every Ray test of the session."""
     import ray
 
+    from pipelines.ray_env import claim_address_file, export_local_ray_env
+
     if not ray.is_initialized():
+        export_local_ray_env()  # what `dynlm` sets before it starts a local Ray
         # address="local": always a fresh single-node cluster, never one left by another process
         ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
-    from pipelines.ray_env import claim_address_file
-
     claim_address_file()  # Train's placement-group cleaner finds this cluster through it
     yield ray
     ray.shutdown()

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:
         return 3  # interrupted: resume with --resume
     if result.num_finished == 0:
-        print(f"dynlm tune: no trial finished ({len(result.trials)} trials; errors above)", file=sys.stderr)
+        count = len(result.trials)
+        print(f"dynlm tune: no trial finished ({count} trial{'s' if count != 1 else ''}; errors above)",
+              file=sys.stderr)
         return 1
     return 0

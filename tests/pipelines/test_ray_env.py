@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -40,3 +41,15 @@ def test_an_address_file_naming_another_live_cluster_is_left_alone(ray_session, 
         address_file.write_ray_address(live)
         claim_address_file()
         assert address_file.read_ray_address() == live
+
+
+def test_a_local_ray_gets_dynlm_settings_unless_the_user_set_them(monkeypatch):
+    from pipelines.ray_env import LOCAL_RAY_ENV, export_local_ray_env
+
+    for key in LOCAL_RAY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "8")  # the user's value
+    export_local_ray_env()
+    assert LOCAL_RAY_ENV == {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+    assert os.environ["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "8"
+    assert os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
