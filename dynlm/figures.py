@@ -21,13 +21,17 @@ def pyplot():
     return plt
 
 
-def plot_learning_curve(history: list[dict[str, Any]]):
+def plot_learning_curve(history: list[dict[str, Any]], title: str | None = None):
     """A figure of every perplexity in ``history`` (one dict per epoch) against the epoch.
 
-    Left panel: ``*ppl`` keys (train/valid perplexity); right: the other ``*ppl_*`` keys
-    (first mention, re-appearing, after entity, OOV). Log-scale y. Returns the Matplotlib
-    figure (log it with ``pipelines.tracking.log_figure``, or ``savefig`` it).
+    Panels: the ``*ppl`` keys (train/valid perplexity); the other ``*ppl_*`` keys (first mention,
+    re-appearing, after entity); and, when the history has it, OOV perplexity on its own (orders
+    of magnitude above the rest, it would flatten them). Log-scale y with plain tick labels
+    (``40``, not ``4×10¹``), whole epochs on x. ``title``: the run and model it shows. Returns the
+    Matplotlib figure (log it with ``pipelines.tracking.log_figure``, or ``savefig`` it).
     """
+    from matplotlib.ticker import LogFormatter, MaxNLocator
+
     plt = pyplot()
     if not history:
         raise ValueError("plot_learning_curve: empty history (no epoch finished)")
@@ -35,19 +39,26 @@ def plot_learning_curve(history: list[dict[str, Any]]):
     keys = sorted({k for row in history for k, v in row.items()
                    if "ppl" in k and isinstance(v, (int, float)) and not isinstance(v, bool)})
     overall = [k for k in keys if k.endswith("ppl")]
-    detailed = [k for k in keys if not k.endswith("ppl")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for axis, group, title in ((axes[0], overall, "perplexity"), (axes[1], detailed, "by token kind")):
+    oov = [k for k in keys if not k.endswith("ppl") and k.endswith("_oov")]
+    detailed = [k for k in keys if not k.endswith("ppl") and k not in oov]
+    panels = [(overall, "perplexity"), (detailed, "by token kind")] + ([(oov, "off the short list (OOV)")] if oov else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for axis, (group, panel_title) in zip(axes[0], panels):
         for key in group:
             points = [(e, row[key]) for e, row in zip(epochs, history)
                       if key in row and math.isfinite(row[key]) and row[key] > 0]
             if points:
                 axis.plot(*zip(*points), marker="o", label=key)
         axis.set_yscale("log")
+        axis.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+        axis.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("epoch")
-        axis.set_title(title)
+        axis.set_title(panel_title)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 

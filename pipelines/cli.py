@@ -1,14 +1,10 @@
-"""The ``dynlm`` console script.
+"""The ``dynlm`` console script: ``dynlm <verb> ...``, one module per verb in
+``pipelines/commands/`` (each registers its parser and the function that runs it).
 
-Verbs (``dynlm <verb> --help`` documents each)::
-
-    dynlm data synth     generate the embedded synthetic discourse corpus (CoNLL format)
-    dynlm prepare        Ray Data: read, anonymize, fit vocabulary + BPE, encode to Parquet shards
-    dynlm train          Ray Train DDP training, tracked in MLflow, registered as a challenger
-    dynlm evaluate       the paper's metric table for a registered model or checkpoint
-    dynlm tune           Ray Tune search over data and model settings
-    dynlm retrain        scheduled retraining with champion/challenger promotion
-    dynlm run            the whole embedded pipeline (the README's main command)
+What every verb shares: a user error (:func:`is_user_error`) is one line ``dynlm: error: ...`` and
+exit status 2; Ctrl-C is one line and exit status 130 (``dynlm tune`` saves the search first and
+exits 3: resume it with ``--resume``); ``--verbose`` shows the traceback and Ray's and MLflow's
+own logs.
 """
 
 from __future__ import annotations
@@ -18,8 +14,9 @@ import importlib
 import sys
 import traceback
 
-COMMANDS = ("data", "prepare", "train", "evaluate", "suggest", "tune", "retrain", "run")
+COMMANDS = ("data", "prepare", "train", "evaluate", "suggest", "tune", "retrain", "run", "config")
 USAGE_ERROR_EXIT_CODE = 2  # what argparse exits with for a usage error
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C stopped
 VERBOSE_HELP = "show Ray's and MLflow's own logs on the terminal, and the traceback of an error"
 
 
@@ -62,13 +59,27 @@ def error_line(exc: BaseException) -> str:
     return f"dynlm: error: {message or type(exc).__name__}"
 
 
+def _version() -> str:
+    """The installed distribution's version (the source tree's when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dynlm")
+    except PackageNotFoundError:
+        from dynlm import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynlm",
         description="Train and tune dynamic language models on Ray, tracked in MLflow.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
+        epilog="`dynlm <verb> --help` documents each verb. A user error is one line `dynlm: error: ...`, exit "
+               "status 2; Ctrl-C exits 130.",
     )
+    parser.add_argument("--version", action="version", version=f"dynlm {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="<verb>")
     for name in COMMANDS:
@@ -96,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_output(args.verbose)
     try:
         code = args.func(args)
+    except KeyboardInterrupt:
+        if args.verbose:
+            traceback.print_exc()
+        print("dynlm: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
     except Exception as exc:
         if not is_user_error(exc):
             raise

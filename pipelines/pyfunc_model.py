@@ -17,8 +17,8 @@ This file imports only pandas, mlflow and dynlm (bundled with the model as code)
 ``pipelines``, so a served model does not need this repository's pipeline code.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: MLflow reads ``predict``'s type hints as objects
+# (``pd.DataFrame`` in and out: no schema inferred from them, the signature below is the schema).
 import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
@@ -66,7 +66,7 @@ class DynLMPyfunc(mlflow.pyfunc.PythonModel):
         self.task, self.model, self.model_cfg, self.spec, self.preprocessor = serving.load_artifacts(
             paths["weights"], paths["model_config"], paths["preprocessor"])
 
-    def predict(self, context, model_input, params=None) -> pd.DataFrame:
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         try:  # bad input is a 400 with its one-line reason (an InputError), never a traceback
             rows = self.task.serve(self.model, self.model_cfg, self.spec, self.preprocessor, model_input)
         except serving.InputError as exc:

@@ -359,7 +359,9 @@ def finish_training_run(run_id: str, checkpoint_dir: str | Path, prepared: Prepa
     uri = _uri(tracking_uri)
     with FIGURE_LOCK:  # drawn and rendered by one thread at a time
         if history:
-            log_figure(run_id, figures.plot_learning_curve(history), "learning_curve.png", tracking_uri=uri)
+            run = _client(uri).get_run(run_id)
+            title = f"run {run.info.run_name} ({run_id[:8]}), model {run.data.tags.get('model_type', '?')}"
+            log_figure(run_id, figures.plot_learning_curve(history, title), "learning_curve.png", tracking_uri=uri)
         for name, figure in figures.best_epoch_figures(history, prepared.manifest["task"]).items():
             log_figure(run_id, figure, name, tracking_uri=uri)
     log_text(run_id, json.dumps(history, indent=1, default=str), "history.json", tracking_uri=uri)

@@ -48,7 +48,7 @@ import torch
 
 from dynlm import checkpoint as dynlm_checkpoint
 from dynlm import faults, storage
-from dynlm.config import Config, seconds_from_env
+from dynlm.config import Config, ConfigError, seconds_from_env
 from dynlm.data.batching import PACKED_GROUP_BATCHES, per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
@@ -548,8 +548,9 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     info = _read_run_info(run_dir) if resuming else None
     if info is not None:
         if info["data_hash"] != job.data.data_hash():
-            raise ValueError(f"--resume: run {name!r} trained on data {info['data_hash']}, this job "
-                             f"prepares {job.data.data_hash()}")
+            raise ConfigError(f"--resume: run {name!r} trained on data {info['data_hash']}, this job "
+                              f"prepares {job.data.data_hash()} (resume with the run's data settings, or "
+                              "train a new run without --resume)")
         run_id = info["mlflow_run_id"]
     else:
         run_id = tracking.start_training_run(job, prepared, parent_run_id=parent_run_id, run_name=name,

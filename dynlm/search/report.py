@@ -88,67 +88,84 @@ def results_csv(trials: list[TrialSummary], keys: list[str]) -> str:
 
 
 def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = None):
-    """The search's objective against its settings.
+    """The search's objective against the settings it searched.
 
-    The LM task (a base with ``data.bpe_merges``, ``data.gamma`` and ``model.dntm``): valid
-    perplexity vs bpe_merges (left) and gamma (right), one colour per merge_fn. Any other task:
-    one panel per searched key in ``keys`` (categorical values at integer positions with their
-    labels), one colour per value of the first categorical key. The y values and the y label
-    are the task's :meth:`~dynlm.tasks.base.Task.objective_display` of each trial's best
-    objective (the cloze task: valid accuracy in %, ``1 - error``; the LM keeps its label).
+    One panel per searched key in ``keys`` (categorical values at integer positions with their
+    labels; a log x axis for a positive setting that spans a decade or more, such as a learning
+    rate), one colour per value of a categorical key: ``model.dntm.merge_fn`` for the LM, else the
+    first categorical key searched. An LM search given no keys shows ``data.bpe_merges`` and
+    ``data.gamma``. A trial the scheduler stopped early (its MLflow run KILLED) is drawn hollow.
+    The y values and the y label are the task's :meth:`~dynlm.tasks.base.Task.objective_display`
+    of each trial's best objective (the cloze task: valid accuracy in %, ``1 - error``; the LM:
+    best valid perplexity).
 
     Args:
         trials: the search's trials (those without a finite objective are left out).
         base: the base JobConfig (the value of a setting a trial did not search).
-        keys: the searched dotted keys (the panels of a non-LM search).
+        keys: the searched dotted keys.
     Returns:
-        A ``matplotlib.figure.Figure`` (10 x 4 inches for the LM).
+        A ``matplotlib.figure.Figure`` (at least 10 x 4 inches).
     """
-    def value(t: TrialSummary, key: str, default: Any) -> Any:
-        return t.params[key] if t.params.get(key) is not None else default
+    base_values = base.to_dict()
+
+    def value(t: TrialSummary, key: str) -> Any:
+        if t.params.get(key) is not None:
+            return t.params[key]
+        node: Any = base_values
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
 
     points = [t for t in trials if math.isfinite(t.best_valid_objective)]
     display = base.get_task().objective_display()
-    if base.task == "lm":
-        def merge_fn(t: TrialSummary) -> str:
-            return str(value(t, "model.dntm.merge_fn", base.model.dntm.merge_fn))
-
-        panels = [("data.bpe_merges", base.data.bpe_merges), ("data.gamma", base.data.gamma)]
-        return _scatter_panels(points, panels, merge_fn, "merge_fn", "best valid perplexity", value, display.value)
     keys = list(keys or [])
-    categorical = [k for k in keys if any(isinstance(t.params.get(k), str) for t in points)]
-    colour_key = categorical[0] if categorical else None
+    if base.task == "lm":
+        colour_key: str | None = "model.dntm.merge_fn"
+        ylabel = "best valid perplexity"
+        panels = [k for k in keys if k != colour_key] or ["data.bpe_merges", "data.gamma"]
+    else:
+        categorical = [k for k in keys if any(isinstance(t.params.get(k), str) for t in points)]
+        colour_key = categorical[0] if categorical else None
+        ylabel = display.label
+        panels = [key for key in keys if key != colour_key] or [colour_key]
+    return _scatter_panels(points, panels, colour_key, ylabel, value, display.value)
 
-    def colour(t: TrialSummary) -> str:
-        return str(t.params.get(colour_key)) if colour_key else "trial"
 
-    panels = [(key, None) for key in keys if key != colour_key] or [(colour_key, None)]
-    return _scatter_panels(points, panels, colour, colour_key or "", display.label, value, display.value)
-
-
-def _scatter_panels(points: list[TrialSummary], panels: list[tuple[str, Any]], colour_of, colour_name: str,
-                    ylabel: str, value, shown):
-    """Scatter plots of ``shown(objective)``, one per ``(key, default)`` panel, coloured by ``colour_of``."""
+def _scatter_panels(points: list[TrialSummary], panels: list[str | None], colour_key: str | None, ylabel: str,
+                    value, shown):
+    """Scatter plots of ``shown(objective)``, one per key in ``panels``, coloured by ``colour_key``."""
     import matplotlib
     from matplotlib.figure import Figure
 
+    def colour_of(t: TrialSummary) -> str:
+        return str(value(t, colour_key)) if colour_key else "trial"
+
     groups = sorted({colour_of(t) for t in points})
     colours = {g: matplotlib.colormaps["tab10"](i % 10) for i, g in enumerate(groups)}
+    colour_name = colour_key.rsplit(".", 1)[-1] if colour_key == "model.dntm.merge_fn" else colour_key
     fig = Figure(figsize=(max(10, 4 * len(panels)), 4))
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    for axis, (key, default) in zip(axes, panels):
-        values = [value(t, key, default) for t in points]
+    for axis, key in zip(axes, panels):
+        values = [value(t, key) for t in points]
         labels = sorted({str(v) for v in values if isinstance(v, str)})
         position = {label: i for i, label in enumerate(labels)}
         for name in groups:
-            group = [t for t in points if colour_of(t) == name]
-            xs = [value(t, key, default) for t in group]
-            xs = [position[x] if isinstance(x, str) else x for x in xs]
-            axis.scatter(xs, [shown(t.best_valid_objective) for t in group], color=colours[name],
-                         label=f"{colour_name}={name}" if colour_name else name, s=30)
+            for stopped in (False, True):
+                group = [t for t in points if colour_of(t) == name and (t.run_status == "KILLED") == stopped]
+                if not group:
+                    continue
+                xs = [value(t, key) for t in group]
+                xs = [position[x] if isinstance(x, str) else x for x in xs]
+                label = f"{colour_name}={name}" if colour_name else name
+                axis.scatter(xs, [shown(t.best_valid_objective) for t in group], s=30,
+                             label=label + (" (stopped early)" if stopped else ""),
+                             facecolors="none" if stopped else colours[name], edgecolors=colours[name])
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and min(numbers) > 0 and max(numbers) / min(numbers) >= 10:
+            axis.set_xscale("log")  # a rate searched over decades
         if labels:
             axis.set_xticks(range(len(labels)), labels)
-        axis.set_xlabel(key)
+        axis.set_xlabel(key or "")
         axis.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
     if groups:

@@ -71,6 +71,9 @@ def run_cloze(args: argparse.Namespace) -> int:
     from dynlm.data.config import DataConfig
     from pipelines.cloze_builder import build_cloze_corpus
 
+    # the split fractions are checked here, before Ray starts (a ConfigError: one line, exit 2)
+    DataConfig(inputs=list(args.input), valid_fraction=args.valid_fraction,
+               test_fraction=args.test_fraction).validate()
     counts = build_cloze_corpus(DataConfig(inputs=list(args.input)), args.out, seed=args.seed,
                                 num_candidates=args.candidates, valid_fraction=args.valid_fraction,
                                 test_fraction=args.test_fraction)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -52,6 +51,7 @@ def job_from_args(args) -> "JobConfig":  # noqa: F821
 
 
 def run(args) -> int:
+    from dynlm.progress import format_epoch_line
     from pipelines.defaults import ensure_synthetic_corpus
 
     job = job_from_args(args)
@@ -70,7 +70,7 @@ def run(args) -> int:
     prepared = prepare(job.data, task=job.task, progress=False)
     result = run_training(job, prepared)
     for record in result.history:
-        print(_format_record(record))
+        print("[train] " + format_epoch_line(record, job.train.epochs))
     print(f"[train] best valid {job.get_task().primary_metric} {result.best_valid_objective:.4g} "
           f"over {result.epochs} epochs; "
           f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
@@ -86,6 +86,7 @@ def run_local(job) -> int:
     import torch
 
     from dynlm import checkpoint, storage
+    from dynlm.progress import format_epoch_line
     from dynlm.tasks.local import prepare_local
     from dynlm.training import fit, set_seed
     from pipelines.train import SORT_BUFFER_BATCHES
@@ -109,7 +110,8 @@ def run_local(job) -> int:
                                    layout=layout)
 
     summary = fit(model, train_batches, valid_batches, cfg, task=task,
-                  on_epoch=lambda epoch, record: print(_format_record(record), flush=True))
+                  on_epoch=lambda epoch, record: print("[train --local] " + format_epoch_line(record, cfg.epochs),
+                                                       flush=True))
     name = job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}"
     path = storage.join(job.run.storage_uri(), name, "model.pt")  # run.storage_path may be a URI
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,15 +122,3 @@ def run_local(job) -> int:
           f"(epoch {summary['best_epoch']}); checkpoint {path}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
     return 0
-
-
-def _format_record(record: dict) -> str:
-    keys = ("epoch", "train_ppl", "valid_ppl", "valid_ppl_first_mention", "valid_ppl_reappearing",
-            "train_tokens_per_s", "train_padding_fraction")
-    parts = []
-    for key in keys:
-        if key in record:
-            value = record[key]
-            parts.append(f"{key}={value:.3f}" if isinstance(value, float) and math.isfinite(value)
-                         else f"{key}={value}")
-    return "[train] " + " ".join(parts)

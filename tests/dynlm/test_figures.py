@@ -27,6 +27,19 @@ def test_learning_curve_panels():
         plot_learning_curve([])
 
 
+def test_learning_curve_reads_as_epochs_and_plain_numbers_with_oov_apart():
+    history = [{**row, "valid_ppl_oov": 4000.0 + row["epoch"]} for row in HISTORY]
+    figure = plot_learning_curve(history, "run exp1 (ab12cd34), model dntm")
+    overall, detailed, oov = figure.axes
+    assert [line.get_label() for line in detailed.get_lines()] == ["valid_ppl_first_mention"]
+    assert [line.get_label() for line in oov.get_lines()] == ["valid_ppl_oov"]
+    assert oov.get_title() == "off the short list (OOV)" and figure._suptitle.get_text() == "run exp1 (ab12cd34), model dntm"
+    figure.canvas.draw()
+    assert all(tick == int(tick) for tick in overall.get_xticks())  # whole epochs, not 1.25
+    labels = [t.get_text() for t in overall.get_yticklabels(minor=True) + overall.get_yticklabels() if t.get_text()]
+    assert labels and all(label.replace(".", "").isdigit() for label in labels), labels  # "70", not "7×10¹"
+
+
 def test_best_epoch_figures():
     assert best_epoch_figures(HISTORY) == {}  # no accumulation metrics: no figure
     assert best_epoch_figures([{"epoch": 1, "train_ppl": 3.0}]) == {}  # no validation

@@ -44,3 +44,17 @@ def test_epoch_bar_off_a_terminal_prints_only_lines():
     bar.show([("step", 1, 1, 2.5, 10.0), ("note", "done")])
     bar.close()
     assert stream.getvalue() == "done\n"
+
+
+def test_a_task_that_is_not_an_lm_shows_its_own_metrics():
+    """Naming and cloze: the readable side of their objective, no perplexity of names or answers."""
+    common = {"epoch": 2, "train_loss": 3.2104, "train_ppl": 24.8, "valid_ppl": 298115.0, "train_tokens_per_s": 1530.2,
+              "train_seconds": 4.12}
+    naming = {**common, "objective_metric": "f1_error", "valid_objective": 0.608, "valid_f1_at_1": 0.392,
+              "valid_exact_at_1": 0.31}
+    assert format_epoch_line(naming, 3) == (
+        "epoch 2/3  train loss 3.210 | valid F1@1 39.2 %, exact@1 31.0 % | 1,530 examples/s, 4.1 s")
+    cloze = {**common, "objective_metric": "error", "valid_objective": 0.25, "valid_accuracy": 0.75}
+    assert format_epoch_line(cloze, 2) == "epoch 2/2  train loss 3.210 | valid accuracy 75.0 % | 1,530 examples/s, 4.1 s"
+    other = {**common, "objective_metric": "bits", "valid_objective": 1.5}  # a task of its own: the objective
+    assert format_epoch_line(other, 2) == "epoch 2/2  train loss 3.210 | valid bits 1.5000 | 1,530 examples/s, 4.1 s"

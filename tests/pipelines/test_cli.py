@@ -107,3 +107,56 @@ def test_a_bare_path_as_tracking_uri_is_one_line(capsys):
 def test_retrain_config_that_is_a_folder_is_one_line(tmp_path, capsys):
     assert main(["retrain", "--config", str(tmp_path)]) == 2
     assert _one_error_line(capsys).startswith(f"dynlm: error: retrain --config {tmp_path}: [Errno 21] Is a directory")
+
+
+def test_version_and_help_list_every_verb(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"dynlm {version('dynlm')}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    for verb in ("data", "prepare", "train", "evaluate", "suggest-name", "tune", "retrain", "run", "config"):
+        assert f"\n    {verb}" in listed, verb
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys):
+    """A real SIGINT (what Ctrl-C sends) while a verb runs: Python raises KeyboardInterrupt in the
+    main thread, and the command ends with one line instead of a traceback."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from pipelines.cli import INTERRUPTED_EXIT_CODE
+
+    def interrupt_once_the_verb_runs():  # it makes its output folder, then generates documents
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (tmp_path / "synth").is_dir():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=interrupt_once_the_verb_runs)
+    sender.start()
+    try:  # a million documents: far longer than the signal takes to arrive
+        code = main(["data", "synth", "--out", "synth", "--num-documents", "1000000", "--docs-per-file", "1"])
+    finally:
+        sender.join()
+    assert code == INTERRUPTED_EXIT_CODE
+    assert _one_error_line(capsys) == "dynlm: interrupted"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--test-fraction", "1"], "dynlm: error: test_fraction: must be in [0, 1), got 1.0"),
+    (["--valid-fraction", "0.5", "--test-fraction", "0.5"],
+     "dynlm: error: valid_fraction + test_fraction must be < 1 (no train data left), got 0.5 + 0.5"),
+])
+def test_cloze_builder_fractions_are_checked_before_ray(capsys, flags, message):
+    """Checked at the command line: no Ray starts (a unit-tier test fails if one does)."""
+    assert main(["data", "cloze", "--input", "corpus", "--out", "cloze", *flags]) == USAGE_ERROR_EXIT_CODE
+    assert _one_error_line(capsys) == message

@@ -89,3 +89,17 @@ def test_empty_input_is_a_clear_error(saved, frame, message):
     loaded = mlflow.pyfunc.load_model(str(saved[0]))
     with pytest.raises(MlflowException, match=message):
         loaded.predict(frame)
+
+
+def test_predict_has_type_hints_so_logging_warns_nothing(tmp_path):
+    """MLflow warns at every log of a pyfunc whose ``predict`` has no type hints; ``pd.DataFrame`` in
+    and out is a hint it accepts without inferring a schema (the logged signature stays the schema)."""
+    import warnings
+
+    model, model_cfg, spec, preprocessor_path = make_tiny_lm(tmp_path, seed=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = tracking.save_pyfunc_model(tmp_path / "pyfunc", model, model_cfg, spec, preprocessor_path)
+        mlflow.pyfunc.load_model(str(path))
+    assert not [w for w in caught if "type hint" in str(w.message).lower() and "predict" in str(w.message)], \
+        [str(w.message) for w in caught]

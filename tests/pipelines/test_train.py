@@ -140,6 +140,17 @@ def test_resume_from_checkpoint_equals_uninterrupted(baseline, corpus):
     assert result.run_id == _read_run_info(f"{tmp / 'ray'}/resumed")["mlflow_run_id"]  # one MLflow run
 
 
+def test_resume_with_other_data_is_a_user_error_before_training(baseline, corpus):
+    from dynlm.config import ConfigError
+    from pipelines.cli import is_user_error
+    from pipelines.train import run_training
+
+    tmp, prepared = corpus
+    with pytest.raises(ConfigError, match=r"--resume: run 'baseline' trained on data \w+, this job prepares \w+") as raised:
+        run_training(_job(tmp, prepared.root, "run.name=baseline", "run.resume=true", "data.vocab_size=301"), prepared)
+    assert is_user_error(raised.value)  # `dynlm train --resume`: one line, exit 2
+
+
 def test_worker_failure_restarts_from_checkpoint(baseline, corpus):
     from pipelines.train import run_training
 

@@ -50,9 +50,12 @@ def test_results_figure(trials, tmp_path):
     left, right = figure.axes
     assert (left.get_xlabel(), right.get_xlabel(), left.get_ylabel()) == ("data.bpe_merges", "data.gamma",
                                                                           "best valid perplexity")
-    # the LM's objective as it is (perplexity); t2 has none; gamma is the base's for both
-    assert _plotted(left) == {"merge_fn=gru": [(50.0, 38.5)], "merge_fn=max": [(0.0, 41.25)]}
-    assert _plotted(right) == {"merge_fn=gru": [(0.9, 38.5)], "merge_fn=max": [(0.9, 41.25)]}
+    # the LM's objective as it is (perplexity); t2 has none; gamma is the base's for both; t1 was
+    # stopped by the scheduler (its run KILLED): drawn hollow, named so in the legend
+    assert _plotted(left) == {"merge_fn=gru (stopped early)": [(50.0, 38.5)], "merge_fn=max": [(0.0, 41.25)]}
+    assert _plotted(right) == {"merge_fn=gru (stopped early)": [(0.9, 38.5)], "merge_fn=max": [(0.9, 41.25)]}
+    stopped = next(c for c in left.collections if c.get_label().endswith("(stopped early)"))
+    assert stopped.get_facecolor().size == 0 or stopped.get_facecolor()[0][3] == 0  # hollow
     figure.savefig(png, dpi=100)  # what log_figure stores
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
@@ -141,3 +144,15 @@ def test_results_figure_of_the_saw_search_shows_accuracy(tmp_path):
     assert _plotted(gamma_axis) == {"model.combine=concat": [(0.5, 75.0), (0.25, 50.0)],
                                     "model.combine=sum": [(0.75, 62.5)]}
     figure.savefig(tmp_path / "saw.png", dpi=50)
+
+
+def test_results_figure_shows_what_was_searched(tmp_path):
+    """An LM search over the learning rate: one panel, train.lr on a log axis (not bpe_merges and a
+    degenerate gamma axis)."""
+    trials = [TrialSummary(f"t{i}", {"train.lr": lr, "model.dntm.merge_fn": "max"}, "TERMINATED", ppl, 2, 1.0,
+                           f"r{i}", "FINISHED") for i, (lr, ppl) in enumerate([(1e-4, 90.0), (1e-3, 60.0), (1e-2, 75.0)])]
+    figure = results_figure(trials, default_job(), ["train.lr", "model.dntm.merge_fn"])
+    (axis,) = figure.axes
+    assert axis.get_xlabel() == "train.lr" and axis.get_xscale() == "log"
+    assert _plotted(axis) == {"merge_fn=max": [(1e-4, 90.0), (1e-3, 60.0), (1e-2, 75.0)]}
+    figure.savefig(tmp_path / "t.png", dpi=50)
