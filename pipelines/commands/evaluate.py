@@ -9,6 +9,8 @@ and folders (read, anonymized and encoded here with the model's preprocessor; lo
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 
 from dynlm.config import ConfigError
@@ -63,6 +65,8 @@ def register(subparsers) -> None:
     parser.add_argument("--stats-segments", type=int, default=200,
                         help="train segments read for the gradient statistics")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (model, data, metrics, dynamic evaluation) instead of the tables")
     parser.set_defaults(func=run)
 
 
@@ -169,8 +173,13 @@ def format_grid(grid: list[dict], best) -> str:
     return "\n".join(lines)
 
 
-def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> str:
-    """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first); the printed text."""
+def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> dict:
+    """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first on the valid split).
+
+    Returns:
+        ``{"config": DynamicEvalConfig, "metrics": {...}, "grid": [...] | None, "grid_source": str}``
+        (the grid and its source only with ``--eta auto``); :func:`dynamic_eval_text` prints it.
+    """
     from dynlm.data.batching import batch_documents
     from dynlm.dynamic_eval import (
         DEFAULT_ETAS,
@@ -180,7 +189,6 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
         collect_grad_stats,
         dynamic_evaluate,
     )
-    from dynlm.tasks.lm import LMTask
 
     stats_root = args.stats_data or args.data[0]
     stats_data = open_prepared(stats_root, spec, preprocessor)
@@ -189,7 +197,7 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
         raise ConfigError(f"evaluate --dynamic-eval: {stats_root} has no train documents")
     stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
                                segment_len=args.segment_len, max_segments=args.stats_segments)
-    text = []
+    grid, grid_source = None, ""
     if args.eta == "auto":
         tune_root = args.tune_data or stats_root
         valid_rows = list(open_prepared(tune_root, spec, preprocessor).iter_rows("valid"))[: args.tune_documents]
@@ -200,15 +208,36 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
         valid = list(batch_documents(valid_rows, spec, args.batch_size, seed=None))  # read once per setting
         cfg, grid = choose_dynamic_eval(torch_model, valid, stats, etas=DEFAULT_ETAS, lambdas=lambdas, eps=args.eps,
                                         segment_len=args.segment_len)
-        text += [format_grid(grid, cfg) + f"\n  ({len(valid_rows)} valid documents of {tune_root})", ""]
+        grid_source = f"{len(valid_rows)} valid documents of {tune_root}"
     else:
         lam = DynamicEvalConfig().decay if args.lam is None else args.lam
         cfg = DynamicEvalConfig(lr=args.eta, decay=lam, eps=args.eps, segment_len=args.segment_len)
-    dynamic = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None), cfg, stats)
+    metrics = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None), cfg, stats)
+    return {"config": cfg, "metrics": metrics, "grid": grid, "grid_source": grid_source}
+
+
+def dynamic_eval_text(result: dict, eta_auto: bool) -> str:
+    """What ``evaluate --dynamic-eval`` prints: the eta x lambda grid (``--eta auto``), then the table."""
+    from dynlm.tasks.lm import LMTask
+
+    cfg, text = result["config"], []
+    if result["grid"] is not None:
+        text += [format_grid(result["grid"], cfg) + f"\n  ({result['grid_source']})", ""]
     text.append(LMTask().metric_table(
-        dynamic, f"dynamic evaluation (eta={cfg.lr:g}{' auto' if args.eta == 'auto' else ''}, "
-                 f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
+        result["metrics"], f"dynamic evaluation (eta={cfg.lr:g}{' auto' if eta_auto else ''}, "
+                           f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
     return "\n".join(text)
+
+
+def _json_safe(value):
+    """``value`` with non-finite floats as None (JSON has no NaN or infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -234,9 +263,20 @@ def run(args: argparse.Namespace) -> int:
         source = f"{len(args.data)} path(s), {len(rows)} documents"
         print(rejected_report(rows, rejected), file=sys.stderr)
     metrics = task.evaluate_documents(torch_model, model_cfg, rows, spec, args.batch_size)
-    print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"))
-
-    if args.dynamic_eval:
+    if not args.json:
+        print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"), flush=True)
+    dynamic = run_dynamic_eval(args, torch_model, spec, preprocessor, rows) if args.dynamic_eval else None
+    if args.json:
+        out = {"model": args.model, "task": task.name, "model_name": task.model_name(model_cfg), "data": source,
+               "documents": len(rows), "metrics": metrics}
+        if dynamic is not None:
+            cfg = dynamic["config"]
+            out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
+                                         "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
+                                         "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
+        print(json.dumps(_json_safe(out)))
+        return 0
+    if dynamic is not None:
         print()
-        print(run_dynamic_eval(args, torch_model, spec, preprocessor, rows))
+        print(dynamic_eval_text(dynamic, args.eta == "auto"))
     return 0

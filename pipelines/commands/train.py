@@ -12,7 +12,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +33,9 @@ def register(subparsers) -> None:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or ./mlflow.db)")
     parser.add_argument("--local", action="store_true",
                         help="debug: train in this process with dynlm.training.fit (no Ray Train, no MLflow)")
+    parser.add_argument("--json", action="store_true",
+                        help="stdout: one JSON object (run id, registered version, best objective, checkpoint, "
+                             "per-epoch history); everything else goes to stderr")
     parser.set_defaults(func=run)
 
 
@@ -65,16 +70,26 @@ def run(args) -> int:
 
     tracking.check_reachable(job.run.tracking_uri)  # seconds, not MLflow's minutes of retries
     ensure_synthetic_corpus(job)
-    init_ray()
-    check_workers_fit(job.run)  # before preparing: a one-line error, or a stated wait on a cluster
-    prepared = prepare(job.data, task=job.task, progress=False)
-    result = run_training(job, prepared)
-    for record in result.history:
-        print("[train] " + format_epoch_line(record, job.train.epochs))
-    print(f"[train] best valid {job.get_task().primary_metric} {result.best_valid_objective:.4g} "
-          f"over {result.epochs} epochs; "
-          f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
-          + (f"; registered version {result.model_version}" if result.model_version else ""))
+    # --json: stdout holds the JSON object alone, what a script reads; the rest goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        init_ray()
+        check_workers_fit(job.run)  # before preparing: a one-line error, or a stated wait on a cluster
+        prepared = prepare(job.data, task=job.task, progress=False)
+        result = run_training(job, prepared)
+        for record in result.history:
+            print("[train] " + format_epoch_line(record, job.train.epochs))
+        print(f"[train] best valid {job.get_task().primary_metric} {result.best_valid_objective:.4g} "
+              f"over {result.epochs} epochs; "
+              f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
+              + (f"; registered version {result.model_version}" if result.model_version else ""))
+    if args.json:
+        from pipelines.commands.evaluate import _json_safe
+
+        print(json.dumps(_json_safe({
+            "run_id": result.run_id, "model_version": result.model_version, "task": job.task,
+            "model_type": job.model_type, "objective_metric": job.get_task().primary_metric,
+            "best_valid_objective": result.best_valid_objective, "epochs": result.epochs,
+            "checkpoint": str(result.best_checkpoint_dir), "prepared": str(prepared.root), "history": result.history})))
     return 0
 
 

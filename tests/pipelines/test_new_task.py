@@ -9,6 +9,7 @@ registry -> ``dynlm evaluate`` of the registered champion.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -47,11 +48,17 @@ def test_a_task_outside_dynlm_prepares_trains_registers_and_evaluates(ray_sessio
     assert prepared.manifest["task"] == CHAR_TASK and prepared.root.parent == tmp_path / "runs" / "prepared"
     assert prepared.spec.num_chars == 33 and all(prepared.num_documents(s) for s in ("train", "valid", "test"))
 
-    assert main(["train", "--config", "job.yaml"]) == 0
-    out = capsys.readouterr().out
-    assert "registered dynlm-char v1" in out
+    assert main(["train", "--config", "job.yaml", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "registered dynlm-char v1" in captured.err  # --json: what a person reads goes to stderr ...
+    (line,) = captured.out.splitlines()  # ... and stdout holds one JSON object
+    trained = json.loads(line)
+    assert (trained["model_version"], trained["task"], trained["epochs"]) == ("1", CHAR_TASK, 2)
+    assert [r["epoch"] for r in trained["history"]] == [1, 2] and trained["prepared"] == str(root)
     client = MlflowClient(mlflow_uri)
     version = client.get_model_version_by_alias("dynlm-char", "champion")
+    assert version.run_id == trained["run_id"]
+    assert trained["best_valid_objective"] == min(r["valid_objective"] for r in trained["history"])
     run = client.get_run(version.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["model_type"] == "char"
     history = [run.data.metrics["valid_ppl"]]  # the last epoch's, a real perplexity of 33 classes

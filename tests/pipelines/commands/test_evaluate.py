@@ -81,3 +81,21 @@ def test_raw_files_report_what_was_quarantined(model_and_data, tmp_path, capsys)
         f"  quarantine {raw / 'broken.conll'}:2 broken/part_0: wrong column count: 4 columns, at least 12 expected",
     ]
     assert "1 path(s), 24 documents" in captured.out
+
+
+def test_json_is_one_object_with_the_tables_numbers(model_and_data, capsys):
+    import json
+
+    model, data = model_and_data
+    assert main(["evaluate", "--model", model, "--data", data]) == 0
+    table = capsys.readouterr().out
+    assert main(_args(model, data, "--eta", "1e-3", "--lam", "0", "--json")) == 0
+    (line,) = capsys.readouterr().out.splitlines()  # nothing but the object
+    out = json.loads(line)
+    assert out["model"] == model and out["task"] == "lm" and out["data"].endswith("[test]")
+    all_tokens = next(row for row in table.splitlines() if row.strip().startswith("all tokens")).split()
+    assert f"{out['metrics']['ppl']:.2f}" == all_tokens[-1]  # the table's number, unrounded
+    assert int(all_tokens[-2].replace(",", "")) == out["metrics"]["tokens"]
+    dynamic = out["dynamic_evaluation"]
+    assert (dynamic["eta"], dynamic["lambda"], dynamic["eta_picked_on_valid"], dynamic["grid"]) == (1e-3, 0.0, False, None)
+    assert dynamic["metrics"]["ppl"] > 1.0
