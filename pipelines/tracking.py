@@ -24,6 +24,7 @@ URI returned by :func:`tracking_uri` to the workers and on to :func:`log_epoch_m
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import threading
@@ -538,6 +539,67 @@ def load_model(uri: str, *, tracking_uri: str | None = None):
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
         return serving.load_model_dir(local)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as None, for JSON (which has no NaN or infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+EVALUATE_EXPERIMENT = "dynlm-evaluate"
+TAG_EVALUATION_RUN = "evaluation_run_id"  # on a registered version: its latest evaluation run
+
+
+def log_evaluation(model_uri: str, *, task: str, data: str, metrics: dict[str, Any], table: str,
+                   extra: dict[str, Any] | None = None, tracking_uri: str | None = None) -> str:
+    """Record one evaluation of a logged or registered model: a FINISHED run in experiment
+    ``dynlm-evaluate`` with the metrics, the printed table (``evaluation.txt``) and every number
+    (``evaluation.json``), tagged with the model URI, the data it scored and, for a registered
+    model, its name, version and training run; the version gets the tag ``evaluation_run_id``.
+
+    Args:
+        model_uri: ``models:/<name>@<alias>``, ``models:/<name>/<version>`` or ``runs:/<id>/...``.
+        task: the model's task name. data: what was scored (a prepared folder and split, files).
+        metrics: the task's evaluation dict. table: the text ``dynlm evaluate`` printed.
+        extra: more results to keep in ``evaluation.json`` (dynamic evaluation's settings and metrics).
+
+    Returns:
+        The evaluation run's id.
+    """
+    uri = _uri(tracking_uri)
+    mlflow_client = _client(uri)
+    tags = {"dynlm.kind": "evaluate", "model_uri": model_uri, "task": task, "data": data}
+    version = None
+    if model_uri.startswith("models:/"):
+        reference = model_uri[len("models:/"):]
+        name, _, alias = reference.partition("@")
+        if alias:
+            version = mlflow_client.get_model_version_by_alias(name, alias)
+        elif "/" in reference and reference.rsplit("/", 1)[1].isdigit():
+            name, number = reference.rsplit("/", 1)
+            version = mlflow_client.get_model_version(name, number)
+    elif model_uri.startswith("runs:/"):
+        tags["model_run_id"] = model_uri[len("runs:/"):].split("/", 1)[0]
+    if version is not None:
+        tags.update({"registered_model": version.name, "model_version": str(version.version),
+                     "model_run_id": version.run_id or ""})
+    label = f"{tags.get('registered_model', model_uri)} v{tags['model_version']}" if version is not None else model_uri
+    run_id = start_run(EVALUATE_EXPERIMENT, run_name=f"evaluate {label}", tags=tags,
+                       texts={"evaluation.txt": table,
+                              "evaluation.json": json.dumps(json_safe({"metrics": metrics, **(extra or {})}),
+                                                            indent=1, default=str)},
+                       tracking_uri=uri)
+    log_metrics(run_id, metrics, tracking_uri=uri)
+    end_run(run_id, "FINISHED", tracking_uri=uri)
+    if version is not None:
+        mlflow_client.set_model_version_tag(version.name, str(version.version), TAG_EVALUATION_RUN, run_id)
+    return run_id
 
 
 class TrainedButNotTracked(TrackingServerUnreachable):

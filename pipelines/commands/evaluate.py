@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from dynlm.config import ConfigError
@@ -229,18 +228,9 @@ def dynamic_eval_text(result: dict, eta_auto: bool) -> str:
     return "\n".join(text)
 
 
-def _json_safe(value):
-    """``value`` with non-finite floats as None (JSON has no NaN or infinity)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
+    from pipelines.tracking import json_safe
+
     if args.dynamic_eval and not (args.stats_data or is_prepared_folder(args.data)):
         raise ConfigError("evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
@@ -263,20 +253,30 @@ def run(args: argparse.Namespace) -> int:
         source = f"{len(args.data)} path(s), {len(rows)} documents"
         print(rejected_report(rows, rejected), file=sys.stderr)
     metrics = task.evaluate_documents(torch_model, model_cfg, rows, spec, args.batch_size)
+    table = task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}")
     if not args.json:
-        print(task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}"), flush=True)
+        print(table, flush=True)
     dynamic = run_dynamic_eval(args, torch_model, spec, preprocessor, rows) if args.dynamic_eval else None
-    if args.json:
-        out = {"model": args.model, "task": task.name, "model_name": task.model_name(model_cfg), "data": source,
-               "documents": len(rows), "metrics": metrics}
-        if dynamic is not None:
-            cfg = dynamic["config"]
-            out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
-                                         "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
-                                         "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
-        print(json.dumps(_json_safe(out)))
-        return 0
+    out = {"model": args.model, "task": task.name, "model_name": task.model_name(model_cfg), "data": source,
+           "documents": len(rows), "metrics": metrics}
     if dynamic is not None:
-        print()
-        print(dynamic_eval_text(dynamic, args.eta == "auto"))
+        cfg = dynamic["config"]
+        out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
+                                     "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
+                                     "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
+        table += "\n\n" + dynamic_eval_text(dynamic, args.eta == "auto")
+        if not args.json:
+            print()
+            print(dynamic_eval_text(dynamic, args.eta == "auto"))
+    if args.model.startswith(("models:/", "runs:/")):  # a tracked model: the evaluation is tracked too
+        from pipelines import tracking
+
+        out["mlflow_run_id"] = tracking.log_evaluation(
+            args.model, task=task.name, data=source, metrics=metrics, table=table,
+            extra=json_safe({k: v for k, v in out.items() if k != "metrics"}), tracking_uri=args.tracking_uri)
+        if not args.json:
+            print(f"[evaluate] logged as MLflow run {out['mlflow_run_id']} (experiment "
+                  f"{tracking.EVALUATE_EXPERIMENT!r})")
+    if args.json:
+        print(json.dumps(json_safe(out)))
     return 0

@@ -112,8 +112,12 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         rows, split = list(prepared.iter_rows("valid")), "valid (the test split is empty)"
     metrics = task.evaluate_documents(model, model_cfg, rows, spec, job.train.batch_size)
+    table = task.metric_table(metrics, f"{model_uri} [{label}] on the {split} split")
     print()
-    print(task.metric_table(metrics, f"{model_uri} [{label}] on the {split} split"))
+    print(table)
+    if training.model_version is not None:  # the evaluation of a registered version is tracked with it
+        tracking.log_evaluation(model_uri, task=task.name, data=f"{prepared.root} [{split}]", metrics=metrics,
+                                table=table, tracking_uri=uri)
 
     print(f"[run] finished in {time.monotonic() - t0:.0f} s. Open the MLflow UI with:")
     if uri.startswith("sqlite:///"):

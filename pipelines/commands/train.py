@@ -83,9 +83,9 @@ def run(args) -> int:
               f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
               + (f"; registered version {result.model_version}" if result.model_version else ""))
     if args.json:
-        from pipelines.commands.evaluate import _json_safe
+        from pipelines.tracking import json_safe
 
-        print(json.dumps(_json_safe({
+        print(json.dumps(json_safe({
             "run_id": result.run_id, "model_version": result.model_version, "task": job.task,
             "model_type": job.model_type, "objective_metric": job.get_task().primary_metric,
             "best_valid_objective": result.best_valid_objective, "epochs": result.epochs,

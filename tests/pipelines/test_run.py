@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from mlflow import MlflowClient
 
 from dynlm.tasks.lm_table import ROWS
@@ -73,3 +74,14 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", "runs/synth", "--split", "test"]) == 2
     assert capsys.readouterr().err == ("dynlm: error: evaluate: --split applies to a prepared folder, "
                                        "not to raw files\n")
+
+    # every evaluation of the registered version is a run beside it: `dynlm run`'s and the two above
+    from pipelines.tracking import EVALUATE_EXPERIMENT, TAG_EVALUATION_RUN
+
+    evaluations = client.search_runs([client.get_experiment_by_name(EVALUATE_EXPERIMENT).experiment_id],
+                                     order_by=["attributes.start_time ASC"])
+    assert len(evaluations) == 3 and {r.data.tags["model_version"] for r in evaluations} == {"1"}
+    assert {r.data.tags["model_run_id"] for r in evaluations} == {champion.run_id}
+    assert [r.data.tags["data"] for r in evaluations][:2] == [f"{prepared_root} [test]"] * 2
+    assert evaluations[0].data.metrics["ppl"] == pytest.approx(float(run_table["all tokens"]), abs=0.01)
+    assert client.get_model_version("dynlm-dntm", "1").tags[TAG_EVALUATION_RUN] == evaluations[-1].info.run_id

@@ -334,3 +334,31 @@ def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
         assert "Traceback" not in done.stderr, verb
         assert seconds < 15, (verb, seconds)
         assert list(ray_tmp.iterdir()) == [], (verb, "Ray was started")  # no Ray session folder
+
+
+def test_an_evaluation_is_a_run_linked_to_the_registered_version(tmp_path, mlflow_uri):
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    prepared = make_prepared_folder(tmp_path / "prepared", pre)
+    trained, _ = _training(tmp_path, "first", job, prepared, seed=1, valid_ppls=[40.0])
+    assert tracking.register_and_promote(trained, 40.0).promoted
+    metrics = {"ppl": 31.5, "tokens": 120, "ppl_oov": float("inf")}
+    run_id = tracking.log_evaluation("models:/dynlm-dntm@champion", task="lm", data="corpus/ [test]", metrics=metrics,
+                                     table="the table", extra={"documents": 3})
+    client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == tracking.EVALUATE_EXPERIMENT
+    assert {k: run.data.tags[k] for k in ("dynlm.kind", "model_uri", "registered_model", "model_version", "model_run_id",
+                                          "data", "task")} == {
+        "dynlm.kind": "evaluate", "model_uri": "models:/dynlm-dntm@champion", "registered_model": "dynlm-dntm",
+        "model_version": "1", "model_run_id": trained, "data": "corpus/ [test]", "task": "lm"}
+    assert run.data.metrics["ppl"] == 31.5 and run.data.metrics["tokens"] == 120
+    assert tracking.read_run_text(run_id, "evaluation.txt") == "the table"
+    assert json.loads(tracking.read_run_text(run_id, "evaluation.json"))["documents"] == 3
+    assert client.get_model_version("dynlm-dntm", "1").tags[tracking.TAG_EVALUATION_RUN] == run_id
+    # by version number too; a run URI names its training run
+    again = tracking.log_evaluation("models:/dynlm-dntm/1", task="lm", data="x", metrics=metrics, table="t")
+    assert client.get_run(again).data.tags["model_version"] == "1"
+    by_run = tracking.log_evaluation(f"runs:/{trained}/model", task="lm", data="x", metrics=metrics, table="t")
+    assert client.get_run(by_run).data.tags["model_run_id"] == trained
