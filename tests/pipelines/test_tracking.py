@@ -240,12 +240,18 @@ def _concurrently(calls):
     return results
 
 
-def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_uri):
+def _first_champion(tmp_path) -> tuple:
+    """``(job, prepared, run id)`` of dynlm-dntm v1 @champion, a tracked tiny 'training'."""
     job = _job(tmp_path)
     _, _, _, pre = make_tiny_lm(tmp_path / "pre")
     prepared = make_prepared_folder(tmp_path / "prepared", pre)
     first, _ = _training(tmp_path, "first", job, prepared, seed=1, valid_ppls=[40.0])
     assert tracking.register_and_promote(first, 40.0).promoted
+    return job, prepared, first
+
+
+def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_uri):
+    job, prepared, _ = _first_champion(tmp_path)
     a, _ = _training(tmp_path, "a", job, prepared, seed=2, valid_ppls=[30.0])
     b, _ = _training(tmp_path, "b", job, prepared, seed=3, valid_ppls=[30.0])
 
@@ -337,11 +343,7 @@ def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
 
 
 def test_an_evaluation_is_a_run_linked_to_the_registered_version(tmp_path, mlflow_uri):
-    job = _job(tmp_path)
-    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
-    prepared = make_prepared_folder(tmp_path / "prepared", pre)
-    trained, _ = _training(tmp_path, "first", job, prepared, seed=1, valid_ppls=[40.0])
-    assert tracking.register_and_promote(trained, 40.0).promoted
+    _, _, trained = _first_champion(tmp_path)
     metrics = {"ppl": 31.5, "tokens": 120, "ppl_oov": float("inf")}
     run_id = tracking.log_evaluation("models:/dynlm-dntm@champion", task="lm", data="corpus/ [test]", metrics=metrics,
                                      table="the table", extra={"documents": 3})
