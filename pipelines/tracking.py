@@ -317,9 +317,44 @@ def start_training_run(job, prepared: PreparedData, *, parent_run_id: str | None
     }
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
-    return start_run(job.run.experiment, tags=run_tags, params=flatten_config(job.to_dict()), texts=texts,
-                     run_name=run_name or job.run.name or f"{job.model_type}-{time.strftime('%Y%m%d-%H%M%S')}",
-                     tracking_uri=job.run.tracking_uri)
+    run_id = start_run(job.run.experiment, tags=run_tags, params=flatten_config(job.to_dict()), texts=texts,
+                       run_name=run_name or job.run.name or f"{job.model_type}-{time.strftime('%Y%m%d-%H%M%S')}",
+                       tracking_uri=job.run.tracking_uri)
+    log_prepared_datasets(run_id, prepared, tracking_uri=job.run.tracking_uri)
+    return run_id
+
+
+#: MLflow's dataset context of each split a training reads.
+SPLIT_CONTEXTS = {"train": "training", "valid": "validation", "test": "test"}
+
+
+def log_prepared_datasets(run_id: str, prepared: PreparedData, *, tracking_uri: str | None = None) -> None:
+    """Log the prepared folder's splits as the run's MLflow datasets (``mlflow.data``, the run's
+    "Datasets used" in the UI): one per split, named ``<folder>:<split>``, its source the folder
+    (local path or URI), its digest a hash of the folder's content key, the split and its files
+    (the folder is content-addressed: same digest, same data), its context ``training`` /
+    ``validation`` / ``test``."""
+    import hashlib
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    from dynlm.storage import is_uri
+
+    root = str(prepared.root).rstrip("/")
+    # what MLflow's own artifact dataset sources write: {"uri": ...}, typed by the scheme
+    source_type = root.split("://", 1)[0] if is_uri(root) else "local"
+    key = str(prepared.manifest.get("config_hash", ""))
+    inputs = []
+    for split, context in SPLIT_CONTEXTS.items():
+        files = sorted(str(f).rsplit("/", 1)[-1] for f in prepared.files(split))
+        if not files:
+            continue
+        digest = hashlib.sha256(json.dumps([key, split, files]).encode()).hexdigest()[:16]
+        dataset = Dataset(name=f"{root.rsplit('/', 1)[-1]}:{split}", digest=digest, source_type=source_type,
+                          source=json.dumps({"uri": root}))
+        inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
+    if inputs:
+        _client(tracking_uri).log_inputs(run_id, datasets=inputs)
 
 
 def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,

@@ -183,6 +183,14 @@ def test_another_validation_set_is_never_promoted(tmp_path, mlflow_uri):
 
     champion, _ = _training(tmp_path, "champion", job, valid_a, seed=1, valid_ppls=[40.0])
     assert tracking.register_and_promote(champion, 40.0).promoted
+    # the run's MLflow dataset: the prepared folder's valid split, digest of its files
+    (dataset_input,) = MlflowClient(mlflow_uri).get_run(champion).inputs.dataset_inputs
+    assert dataset_input.dataset.name == "a:valid" and dataset_input.dataset.source_type == "local"
+    assert json.loads(dataset_input.dataset.source) == {"uri": str(valid_a.root)}
+    assert [(t.key, t.value) for t in dataset_input.tags] == [("mlflow.data.context", "validation")]
+    (same_files,) = MlflowClient(mlflow_uri).get_run(
+        tracking.start_training_run(job, same_bytes)).inputs.dataset_inputs
+    assert same_files.dataset.digest == dataset_input.dataset.digest  # same content key, split and files
     other, _ = _training(tmp_path, "other", job, valid_b, seed=2, valid_ppls=[5.0])
     result = tracking.register_and_promote(other, 5.0)
     assert (result.decision, result.champion_version) == ("rejected", "1")
