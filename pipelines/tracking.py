@@ -428,6 +428,10 @@ def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
     def pinned(dist: str) -> str:  # the public version: "2.13.0+cpu" -> "2.13.0" (an index serves no local label)
         return f"{dist}=={importlib.metadata.version(dist).split('+')[0]}"
 
+    def from_minor(dist: str) -> str:  # "2.13.0+cpu" -> ">=2.13,<3": the host's own build (CUDA, CPU) of a
+        major, minor = importlib.metadata.version(dist).split("+")[0].split(".")[:2]  # release that loads it
+        return f"{dist}>={major}.{minor},<{int(major) + 1}"
+
     return {
         "python_model": str(Path(pyfunc_model.__file__).resolve()),
         "artifacts": artifacts,
@@ -436,7 +440,9 @@ def _pyfunc_kwargs(artifacts: dict[str, str], task: str) -> dict[str, Any]:
         "signature": pyfunc_model.signature_for(get_task(task)),
         "input_example": pyfunc_model.input_example_for(get_task(task)),
         # Listed, not inferred: inference would load the model in a subprocess (slow).
-        "pip_requirements": [pinned("mlflow"), pinned("torch"), pinned("tokenizers"),
+        # torch as a range: a state_dict of torch 2.x loads in later 2.x releases, and a GPU host
+        # keeps the CUDA build it has; the rest pinned to what the model was saved with.
+        "pip_requirements": [pinned("mlflow"), from_minor("torch"), pinned("tokenizers"),
                              pinned("pyarrow"), pinned("numpy"), pinned("pandas"), pinned("pyyaml")],
     }
 
