@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
 import sys
 
 EPILOG = """\
@@ -29,6 +32,9 @@ def register(subparsers) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a retrain setting, e.g. --set margin=0.02 (repeatable)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.add_argument("--json", action="store_true",
+                        help="stdout: one JSON object (decision, reason, versions, scores, run id); the rest goes "
+                             "to stderr")
     parser.set_defaults(func=run)
 
 
@@ -44,11 +50,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"retrain --config {args.config}: {exc}") from exc
     if args.tracking_uri:
         cfg = cfg.replace(tracking_uri=args.tracking_uri)
-    try:
-        result = retrain(cfg)
+    try:  # --json: stdout holds the JSON object alone; what a person reads goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            result = retrain(cfg)
     except RetrainError as exc:
-        print(f"dynlm retrain: {exc}", file=sys.stderr)
+        print(f"dynlm: error: retrain: {exc}", file=sys.stderr)
         return 1
+    if args.json:
+        from pipelines.tracking import json_safe
+
+        print(json.dumps(json_safe({**dataclasses.asdict(result), "exit_code": result.exit_code})))
     if result.exit_code:
-        print(f"dynlm retrain: {result.reason}", file=sys.stderr)
+        print(f"dynlm: error: retrain: {result.reason}", file=sys.stderr)
     return result.exit_code

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return 3  # interrupted: resume with --resume
     if result.num_finished == 0:
         count = len(result.trials)
-        print(f"dynlm tune: no trial finished ({count} trial{'s' if count != 1 else ''}; errors above)",
+        print(f"dynlm: error: tune: no trial finished ({count} trial{'s' if count != 1 else ''}; errors above)",
               file=sys.stderr)
         return 1
     return 0

@@ -145,10 +145,15 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
         "validation": str(tmp_path / "validation"), "tracking_uri": uri,
         "job_overrides": ["train.epochs=1", f"run.storage_path={tmp_path / 'retrain-ray'}"]}))
     capsys.readouterr()
-    assert main(["retrain", "--config", "retrain.yaml"]) == 0
+    assert main(["retrain", "--config", "retrain.yaml", "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()  # --json: the decision as one object on stdout
+    decided = json.loads(line)
     retrain_runs = client.search_runs([client.get_experiment_by_name("dynlm-retrain").experiment_id])
     (run,) = retrain_runs
     assert run.info.status == "FINISHED" and run.data.tags["decision"] in {"promoted", "rejected"}
+    assert (decided["decision"], decided["retrain_run_id"], decided["exit_code"]) == (
+        run.data.tags["decision"], run.info.run_id, 0)
+    assert decided["challenger_version"] == run.data.tags["challenger_version"] and decided["trained"]
     challenger = client.get_model_version("dynlm-dntm", run.data.tags["challenger_version"])
     assert challenger.tags["retrain_run_id"] == run.info.run_id and int(challenger.version) > int(before.version)
     after = client.get_model_version_by_alias("dynlm-dntm", "champion").version

@@ -227,7 +227,7 @@ def test_search_where_no_trial_finishes_exits_1_and_names_the_errors(ray_session
                  "--set", "run.fail_at_epoch=1", "--set", "run.fail_rank=0", "--name", "failing"])
     captured = capsys.readouterr()
     assert code == 1
-    assert "dynlm tune: no trial finished (1 trial; errors above)" in captured.err
+    assert "dynlm: error: tune: no trial finished (1 trial; errors above)" in captured.err
     failed_lines = [line for line in captured.out.splitlines() if line.startswith("[tune]   ")]
     assert len(failed_lines) == 1, captured.out[-3000:]
     assert "fault injection: rank 0 fails in epoch 1" in failed_lines[0]
