@@ -1,8 +1,9 @@
 """The embedded default job: the synthetic discourse corpus, a small DNTM, 2 workers, a few epochs.
 
 It finishes in a few minutes on 2 CPU cores, so ``dynlm train`` and ``dynlm run`` work on a
-fresh clone with no data and no config file. ``DEFAULT_JOB_YAML`` is also a template for
-hand-written job files (``dynlm train --config job.yaml``).
+fresh clone with no data and no config file. It is ``configs/lm_dntm.yaml``, one of the job files
+per task and model in ``configs/`` that a user copies to start a job of their own
+(``dynlm train --config job.yaml``).
 """
 
 from __future__ import annotations
@@ -15,48 +16,11 @@ from dynlm.job import JobConfig, with_storage_env
 
 SYNTH_DIR = "runs/synth"
 
-DEFAULT_JOB_YAML = f"""\
-task: lm                     # dynlm.tasks: the anonymized LM (rnn / dntm / dynamical models)
-data:
-  inputs: [{SYNTH_DIR}]        # written by `dynlm data synth` (or ensure_synthetic_corpus)
-  format: conll
-  output_root: runs/prepared
-  vocab_size: 2000
-  bpe_merges: 200
-  max_chains: 20
-model:
-  type: dntm
-  backbone: lstm
-  embed_dim: 64
-  hidden_dim: 64
-  num_layers: 1
-  dropout: 0.1
-  embedding: word
-  dntm:
-    dynamic: both
-    merge_fn: gru
-    new_entity_score: true           # the new-entity logit: first mentions and re-appearing entities
-    new_entity_replaces_static: true # at every seed of this size (benchmarks/results/dntm_quality.md)
-    adapt_entity_rows: true          # per-document entity rows stepped on the model's errors: every column but first mentions
-    entity_row_step: token           # ... also inside a sentence: 42-51 % of re-appearing mentions follow one in the same sentence
-train:
-  lr: 0.003
-  epochs: 4
-  batch_size: 8
-  bptt_tokens: 70              # chunks of <= 70 tokens (whole sentences for the DNTM); rows packed with documents (pack_documents)
-  bptt_sentences: 4            # sentences a step when bptt_tokens is 0 (sentence lockstep)
-  grad_clip: 0.25
-  lr_schedule: constant        # cosine trailed constant by 10 % at 4 epochs: results/dntm_quality.md
-  early_stopping_patience: 3
-  seed: 0
-run:
-  num_workers: 2
-  use_gpu: false
-  cpus_per_worker: 0.5
-  storage_path: runs/ray
-  experiment: dynlm
-  max_failures: 2
-"""
+#: Job files a user starts from, one per task and model (``configs/`` at the repository root).
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+#: The embedded default job: ``configs/lm_dntm.yaml`` (its data input is ``SYNTH_DIR``).
+DEFAULT_JOB_FILE = CONFIG_DIR / "lm_dntm.yaml"
+DEFAULT_JOB_YAML = DEFAULT_JOB_FILE.read_text(encoding="utf-8")
 
 
 def default_job_dict() -> dict:
