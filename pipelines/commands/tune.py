@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
 import sys
 
 EPILOG = """\
@@ -37,6 +40,9 @@ def register(subparsers) -> None:
     parser.add_argument("--name", help="experiment name (default: tune-<space>-<time>)")
     parser.add_argument("--storage-path", help="with --resume: where experiments live (default runs/ray)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    parser.add_argument("--json", action="store_true",
+                        help="stdout: one JSON object (experiment, parent run, every trial, the best, its "
+                             "registration); everything else goes to stderr")
     parser.set_defaults(func=run)
 
 
@@ -51,19 +57,23 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.space) == bool(args.resume):
         raise ConfigError("tune: give exactly one of --space FILE or --resume EXPERIMENT")
-    if args.resume:
-        if args.overrides or args.name:
-            raise ConfigError("tune --resume: --set and --name cannot change a search being resumed")
-        if args.tracking_uri:
-            os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
-        result = resume_search(args.resume, storage_path=args.storage_path)  # None: $DYNLM_STORAGE_PATH
-    else:
-        overrides = with_storage_env(args.overrides)
-        if args.tracking_uri:
-            overrides.append(f"run.tracking_uri={args.tracking_uri}")
-        # a SearchSpaceError (a ConfigError: one line, exit 2) comes before Ray starts, or before any trial
-        space = load_search_space(args.space, overrides, base_job=default_job())
-        result = run_search(space, experiment=args.name)
+    # --json: stdout holds the JSON object alone; what a person reads goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        if args.resume:
+            if args.overrides or args.name:
+                raise ConfigError("tune --resume: --set and --name cannot change a search being resumed")
+            if args.tracking_uri:
+                os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
+            result = resume_search(args.resume, storage_path=args.storage_path)  # None: $DYNLM_STORAGE_PATH
+        else:
+            overrides = with_storage_env(args.overrides)
+            if args.tracking_uri:
+                overrides.append(f"run.tracking_uri={args.tracking_uri}")
+            # a SearchSpaceError (a ConfigError: one line, exit 2) comes before Ray starts, or before any trial
+            space = load_search_space(args.space, overrides, base_job=default_job())
+            result = run_search(space, experiment=args.name)
+    if args.json:
+        print(json.dumps(search_json(result)))
     if result.interrupted:
         return 3  # interrupted: resume with --resume
     if result.num_finished == 0:
@@ -72,3 +82,19 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def search_json(result) -> dict:
+    """``dynlm tune --json``'s object: the search, every trial, the best and its registration."""
+    from pipelines.tracking import json_safe
+
+    trials = [dataclasses.asdict(t) for t in result.trials]
+    registration = result.registration
+    return json_safe({
+        "experiment": result.experiment, "experiment_path": result.experiment_path,
+        "parent_run_id": result.parent_run_id, "interrupted": result.interrupted,
+        "num_prepared": result.num_prepared, "num_trials": len(trials), "num_finished": result.num_finished,
+        "wall_s": result.wall_s, "trials": trials,
+        "best": dataclasses.asdict(result.best) if result.best is not None else None,
+        "registration": dataclasses.asdict(registration) if dataclasses.is_dataclass(registration) else None,
+    })

@@ -119,8 +119,11 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
     quickstart = str(Path(__file__).resolve().parents[2] / "tune_spaces" / "quickstart.yaml")
     capsys.readouterr()
     assert main(["tune", "--space", quickstart, "--set", "train.epochs=1", "--set", "tune.num_samples=1",
-                 "--name", "served", "--tracking-uri", uri]) == 0
-    assert "failed:" not in capsys.readouterr().out
+                 "--name", "served", "--tracking-uri", uri, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "failed:" not in captured.err
+    (line,) = captured.out.splitlines()  # --json: the search as one object on stdout
+    searched = json.loads(line)
     built = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
     assert len(built) == 2  # the two bpe_merges values, prepared once each by the pre-pass
     client = MlflowClient(uri, registry_uri=uri)
@@ -129,6 +132,8 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
     children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert parent.info.status == "FINISHED" and len(children) == 2
     assert parent.data.metrics["num_failed_trials"] == 0
+    assert (searched["parent_run_id"], searched["num_trials"], searched["interrupted"]) == (parent.info.run_id, 2, False)
+    assert searched["best"]["run_id"] == parent.data.tags["best_run_id"]
     # ASHA may stop the worse trial at its one report (max_t = 1 epoch here): KILLED, not failed
     assert {c.info.status for c in children} <= {"FINISHED", "KILLED"}
     assert {c.data.tags["dynlm.prepared_root"] for c in children} == {str(p) for p in built}
