@@ -264,10 +264,11 @@ def run(args: argparse.Namespace) -> int:
         out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
                                      "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
                                      "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
-        table += "\n\n" + dynamic_eval_text(dynamic, args.eta == "auto")
+        dynamic_text = dynamic_eval_text(dynamic, args.eta == "auto")
+        table += "\n\n" + dynamic_text
         if not args.json:
             print()
-            print(dynamic_eval_text(dynamic, args.eta == "auto"))
+            print(dynamic_text)
     if args.model.startswith(("models:/", "runs:/")):  # a tracked model: the evaluation is tracked too
         from pipelines import tracking
 

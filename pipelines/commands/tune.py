@@ -96,5 +96,5 @@ def search_json(result) -> dict:
         "num_prepared": result.num_prepared, "num_trials": len(trials), "num_finished": result.num_finished,
         "wall_s": result.wall_s, "trials": trials,
         "best": dataclasses.asdict(result.best) if result.best is not None else None,
-        "registration": dataclasses.asdict(registration) if dataclasses.is_dataclass(registration) else None,
+        "registration": dataclasses.asdict(registration) if registration is not None else None,
     })
