@@ -353,8 +353,31 @@ def log_prepared_datasets(run_id: str, prepared: PreparedData, *, tracking_uri: 
         dataset = Dataset(name=f"{root.rsplit('/', 1)[-1]}:{split}", digest=digest, source_type=source_type,
                           source=json.dumps({"uri": root}))
         inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
-    if inputs:
-        _client(tracking_uri).log_inputs(run_id, datasets=inputs)
+    if not inputs:
+        return
+    # MLflow's stores look the dataset up, then insert it: two runs logging the same new dataset
+    # at once (concurrent retrains of one folder) both miss it, and the second insert breaks the
+    # (experiment, name, digest) unique key. The store rolls that call back whole; the retry finds
+    # the row the other run wrote.
+    for attempt in range(_DATASET_RACE_RETRIES + 1):
+        try:
+            _client(tracking_uri).log_inputs(run_id, datasets=inputs)
+            return
+        except MlflowException as exc:
+            if attempt == _DATASET_RACE_RETRIES or not _is_unique_violation(exc):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+#: how often :func:`log_prepared_datasets` retries a lost insert race before it gives up
+_DATASET_RACE_RETRIES = 3
+
+
+def _is_unique_violation(exc: BaseException) -> bool:
+    """A unique-key violation as SQLite, PostgreSQL and MySQL word it (through MLflow's stores or
+    its server's error message)."""
+    text = str(exc).lower()
+    return "unique constraint" in text or "duplicate key" in text or "duplicate entry" in text
 
 
 def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,

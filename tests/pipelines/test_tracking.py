@@ -288,6 +288,30 @@ def test_concurrent_promotions_move_the_champion_at_most_once(tmp_path, mlflow_u
     assert str(tracking.version_by_alias("dynlm-dntm", "champion").version) == promoted.version
 
 
+def test_concurrent_runs_log_one_new_prepared_folder_once(tmp_path, mlflow_uri):
+    """Concurrent retrains of one folder log its splits as datasets at the same moment: MLflow's
+    look-up-then-insert races on the (experiment, name, digest) key; every run must still get its
+    inputs and the experiment one dataset per split (CI once lost a retrain to this race)."""
+    job = _job(tmp_path)
+    _, _, _, pre = make_tiny_lm(tmp_path / "pre")
+    folder = tmp_path / "prepared"
+    prepared = make_prepared_folder(folder, pre)
+    for split in ("train", "valid", "test"):
+        (folder / split).mkdir()
+        (folder / split / "part-00000.parquet").write_bytes(split.encode())
+    client = MlflowClient(mlflow_uri)
+    experiment_id = tracking.ensure_experiment(job.run.experiment)
+    runs = [client.create_run(experiment_id).info.run_id for _ in range(8)]
+    _concurrently([lambda run=run: tracking.log_prepared_datasets(run, prepared) for run in runs])
+
+    for run in runs:
+        inputs = client.get_run(run).inputs.dataset_inputs
+        contexts = sorted(tag.value for i in inputs for tag in i.tags if tag.key == "mlflow.data.context")
+        assert contexts == ["test", "training", "validation"]
+    datasets = {(i.dataset.name, i.dataset.digest) for run in runs for i in client.get_run(run).inputs.dataset_inputs}
+    assert sorted(name for name, _ in datasets) == ["prepared:test", "prepared:train", "prepared:valid"]
+
+
 def _port_nobody_listens_on() -> int:
     import socket
 
