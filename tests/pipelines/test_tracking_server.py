@@ -1,7 +1,8 @@
 """dynlm against a real MLflow tracking server (``mlflow server`` on a free local port, SQLite
-backend, artifacts served by the server): train with 2 Ray Train workers, register and promote,
-then evaluate the champion by its alias, everything through http://127.0.0.1:PORT; and a
-server stopped in the middle of a training, then started again."""
+backend, artifacts served by the server): a search whose trials train with 2 Ray Train workers,
+registers and promotes its best, the champion evaluated by its alias, then retrained, everything
+through http://127.0.0.1:PORT; and `dynlm train` with the server stopped in the middle of the
+training, then started again."""
 
 from __future__ import annotations
 
@@ -13,98 +14,62 @@ from train_process import (
     committed,
     output_of,
     own_lines,
-    ray_tmp,
     start_train,
-    stop_and_remove,
     wait_until,
 )
 
 from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
 
-TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
-        "data.vocab_size=300", "data.bpe_merges=30", "run.cpus_per_worker=0.4", "run.num_workers=2"]
 
-
-def test_train_register_evaluate_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):
-    """`dynlm train` of the embedded default job from an empty directory, as a new user runs it:
-    the default relative paths (runs/synth, runs/prepared, runs/ray) resolve in the working
-    directory; tracked, registered and evaluated through the server."""
-    uri, artifacts = mlflow_server
-    monkeypatch.chdir(tmp_path)  # the embedded job's corpus, prepared data and Ray storage go here
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("DYNLM_MLFLOW_ARTIFACTS", raising=False)  # the server keeps its own artifacts
-    args = ["train", "--tracking-uri", uri]
-    for item in TINY:
-        args += ["--set", item]
-    assert main(args) == 0
-    assert "[train] best valid ppl" in capsys.readouterr().out
-    assert any((tmp_path / "runs" / "synth").glob("*.conll"))
-    prepared = [p for p in (tmp_path / "runs" / "prepared").iterdir() if (p / "manifest.json").is_file()]
-    assert len(prepared) == 1
-
-    client = MlflowClient(uri, registry_uri=uri)
-    champion = client.get_model_version_by_alias("dynlm-dntm", "champion")  # the first model is promoted
-    assert client.get_model_version_by_alias("dynlm-dntm", "challenger").version == champion.version
-    run = client.get_run(champion.run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["dynlm.prepared_root"] == str(prepared[0])
-    assert run.data.params["run.num_workers"] == "2" and run.data.params["train.epochs"] == "1"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "valid_ppl")] == [1]
-    assert run.info.artifact_uri.startswith("mlflow-artifacts:/")  # stored by the server, not by us
-    assert any(path.name == "weights.pt" for path in artifacts.rglob("*"))
-    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
-
-    assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", str(prepared[0]),
-                 "--tracking-uri", uri]) == 0
-    out = capsys.readouterr().out
-    assert "models:/dynlm-dntm@champion" in out and "all tokens" in out
-
-
-def test_server_stopped_mid_training_loses_nothing(tmp_path, processes):
+def test_server_stopped_mid_training_loses_nothing(ray_session, tmp_path, processes):
     """The server stops after epoch 1 is logged and checkpointed: the training goes on to the end
     (checkpoints are Ray's), then ends with one line naming the run and the command to finish
-    it; with the server back, that command logs the missing epoch and registers the model."""
+    it; with the server back, that command logs the missing epoch and registers the model.
+    `dynlm train` runs as a process of its own (its tracking client must outlive the server), in
+    the session's Ray (nothing here needs a Ray of its own)."""
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     uri, server_dir = f"http://127.0.0.1:{free_port()}", tmp_path / "server"
     server_dir.mkdir()
     run_dir = tmp_path / "ray" / "gone"
     env = server_env()
     env.pop("MLFLOW_TRACKING_URI", None)
-    first, second = ray_tmp("gone"), ray_tmp("back")
-    try:
-        with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log",
-                            env):
-            process = start_train(processes, tmp_path, "gone", first, tracking_uri=uri)
-            wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
-        text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
-        assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
-        assert "Traceback" not in text
-        error = own_lines(text)[-1]
-        assert error.startswith("dynlm: error: run 'gone' trained 2 epochs") and uri in error, error
-        assert "--set run.name=gone --resume" in error, error
+    address = ray_session.get_runtime_context().gcs_address
+    with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log",
+                        env):
+        process = start_train(processes, tmp_path, "gone", None, tracking_uri=uri, ray_address=address)
+        wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
+    text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
+    assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
+    assert "Traceback" not in text
+    error = own_lines(text)[-1]
+    assert error.startswith("dynlm: error: run 'gone' trained 2 epochs") and uri in error, error
+    assert "--set run.name=gone --resume" in error, error
 
-        with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log",
-                            env):
-            text = output_of(start_train(processes, tmp_path, "gone", second, "--resume", tracking_uri=uri))
-            assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
-            client = MlflowClient(uri, registry_uri=uri)
-            run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
-            assert client.get_model_version_by_alias("dynlm-dntm", "champion").run_id == run_id
-            run = client.get_run(run_id)
-            assert run.info.status == "FINISHED"
-            assert [m.step for m in client.get_metric_history(run_id, "valid_ppl")] == [1, 2]  # epoch 2: late
-            assert run.data.metrics["epochs_completed"] == 2
-    finally:
-        stop_and_remove(first)
-        stop_and_remove(second)
+    with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log",
+                        env):
+        text = output_of(start_train(processes, tmp_path, "gone", None, "--resume", tracking_uri=uri,
+                                     ray_address=address))
+        assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
+        client = MlflowClient(uri, registry_uri=uri)
+        run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
+        champion = client.get_model_version_by_alias("dynlm-dntm", "champion")  # the first model is promoted
+        assert champion.run_id == run_id
+        assert client.get_model_version_by_alias("dynlm-dntm", "challenger").version == champion.version
+        run = client.get_run(run_id)
+        assert run.info.status == "FINISHED"
+        assert [m.step for m in client.get_metric_history(run_id, "valid_ppl")] == [1, 2]  # epoch 2: late
+        assert run.data.metrics["epochs_completed"] == 2
+        assert run.data.params["run.num_workers"] == "2"
 
 
 def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):
     """`dynlm tune --space tune_spaces/quickstart.yaml` as the README says, in an empty working
     directory with the default relative paths (runs/synth, runs/prepared, runs/ray), one epoch and
-    one sample per grid value (2 trials) for time; then a scheduled retraining of its registered
-    champion; both against http://127.0.0.1:PORT: the parent and child runs, the registered
-    versions and the retrain's decision are all read back through the server.
+    one sample per grid value (2 trials) for time; its registered champion evaluated by its alias;
+    then a scheduled retraining of that champion; all against http://127.0.0.1:PORT: the parent
+    and child runs, the model's artifacts (kept by the server, nothing written locally), the
+    registered versions and the retrain's decision are all read back through the server.
 
     Regression (the quickstart): every trial missed the pre-pass's folders (the key held the input
     paths as spelled), re-ran prepare inside its placement group and died, and the command exited 0."""
@@ -112,7 +77,7 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
 
     import yaml
 
-    uri, _ = mlflow_server
+    uri, artifacts = mlflow_server
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DYNLM_MLFLOW_ARTIFACTS", raising=False)
@@ -141,6 +106,18 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
         c.info.run_id for c in children}
     before = client.get_model_version_by_alias("dynlm-dntm", "champion")
     assert before.tags["objective_metric"] == "ppl"
+    best = client.get_run(before.run_id)
+    assert best.info.run_id == parent.data.tags["best_run_id"]
+    assert best.data.params["train.epochs"] == "1" and best.data.tags["dynlm.kind"] == "training"
+    assert best.info.artifact_uri.startswith("mlflow-artifacts:/")  # stored by the server, not by us
+    assert any(path.name == "weights.pt" for path in artifacts.rglob("*"))
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
+
+    capsys.readouterr()
+    assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", best.data.tags["dynlm.prepared_root"],
+                 "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "models:/dynlm-dntm@champion" in out and "all tokens" in out
 
     write_conll(SynthConfig(num_documents=24, docs_per_file=12, seed=7), tmp_path / "new")
     write_conll(SynthConfig(num_documents=8, docs_per_file=8, seed=8), tmp_path / "validation")

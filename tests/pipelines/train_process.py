@@ -48,14 +48,21 @@ def stop_and_remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def start_train(processes, tmp: Path, run_name: str, ray_dir: Path, *extra: str, tracking_uri: str,
-                kill_at: str | None = None) -> subprocess.Popen:
+def start_train(processes, tmp: Path, run_name: str, ray_dir: Path | None, *extra: str, tracking_uri: str,
+                kill_at: str | None = None, ray_address: str | None = None) -> subprocess.Popen:
     """Through ``processes`` (the ``processes`` fixture): ``dynlm train`` of the :data:`TINY` job on ``tmp/synth`` (prepared under ``tmp/prepared``,
     Ray storage ``tmp/ray``) as run ``run_name``, tracked at ``tracking_uri``; output piped.
-    ``kill_at``: a :mod:`dynlm.faults` kill point where the driver SIGKILLs itself."""
-    env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
-    for variable in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", KILL_AT_ENV, KILL_PID_ENV):
+    ``ray_dir``: the RAY_TMPDIR of the process's own local Ray (a test that kills the driver
+    needs a Ray of its own); ``ray_address``: instead, join that running Ray (the session's: no
+    cold start). ``kill_at``: a :mod:`dynlm.faults` kill point where the driver SIGKILLs itself."""
+    assert (ray_dir is None) != (ray_address is None), "give a Ray of its own or one to join"
+    env = {**os.environ, "DYNLM_MLFLOW_ARTIFACTS": str(tmp / "artifacts")}
+    for variable in ("RAY_ADDRESS", "RAY_TMPDIR", "MLFLOW_TRACKING_URI", KILL_AT_ENV, KILL_PID_ENV):
         env.pop(variable, None)
+    if ray_dir is not None:
+        env["RAY_TMPDIR"] = str(ray_dir)
+    else:
+        env["RAY_ADDRESS"] = ray_address
     if kill_at:
         env[KILL_AT_ENV] = kill_at
     if not tracking_uri.startswith("sqlite:"):
