@@ -42,6 +42,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from dynlm.data.batching import DocumentBatch, batch_documents
 from dynlm.models import build_model
 from dynlm.models.config import DNTMSettings, ModelConfig
+from dynlm.models.dntm import PAPER_DNTM
 from dynlm.training import TrainConfig, train_step
 from dynlm.vocab_spec import VocabSpec
 
@@ -192,7 +193,7 @@ def run_corpus(args, device) -> None:
                  dropout=args.dropout)
     models = {"RNNLM": ModelConfig(type="rnn", **sizes)}
     for merge_fn in args.merge_fns.split(","):
-        models[f"DNTM both/{merge_fn}"] = ModelConfig(type="dntm", dntm=DNTMSettings(dynamic="both", merge_fn=merge_fn),
+        models[f"DNTM both/{merge_fn}"] = ModelConfig(type="dntm", dntm=DNTMSettings(**{**PAPER_DNTM, "merge_fn": merge_fn}),
                                                       **sizes)
     variants: dict[str, tuple[callable, list, list]] = {}
     padding: dict[str, float] = {}
@@ -200,7 +201,7 @@ def run_corpus(args, device) -> None:
     for model_name, model_cfg in models.items():
         tokens, whole = chunk_tokens(args, model_cfg), needs_whole_sentences(model_cfg)
         for layout_name, layout, cfg in (
-                ("lockstep", None, TrainConfig(lr=1e-3, bptt_sentences=args.bptt)),
+                ("lockstep", None, TrainConfig(bptt_tokens=0, lr=1e-3, bptt_sentences=args.bptt)),
                 ("chunks", ChunkLayout(tokens, whole_sentences=whole), TrainConfig(lr=1e-3, bptt_tokens=tokens)),
                 ("packed", ChunkLayout(tokens, whole_sentences=whole, pack_documents=True),
                  TrainConfig(lr=1e-3, bptt_tokens=tokens))):
@@ -328,7 +329,7 @@ def main() -> None:
     rows = synthetic_rows(spec, args.batch_size * (args.batches + 1), args.sentences, args.tokens)
     batches = list(batch_documents(rows, spec, args.batch_size, seed=0))
     warmup, timed = batches[0], batches[1:]
-    cfg = TrainConfig(lr=1e-3, bptt_sentences=args.bptt)
+    cfg = TrainConfig(bptt_tokens=0, lr=1e-3, bptt_sentences=args.bptt)
     sizes = dict(embed_dim=args.embed_dim, hidden_dim=args.hidden_dim, num_layers=args.num_layers, dropout=0.2)
 
     variants: dict[str, callable] = {}
@@ -351,7 +352,7 @@ def main() -> None:
     if importlib.util.find_spec("dynlm.models.dntm") is not None:
         for merge_fn in MERGE_FNS:
             variants[f"DNTM both/{merge_fn}"] = lm_variant(
-                ModelConfig(type="dntm", dntm=DNTMSettings(dynamic="both", merge_fn=merge_fn), **sizes))
+                ModelConfig(type="dntm", dntm=DNTMSettings(**{**PAPER_DNTM, "merge_fn": merge_fn}), **sizes))
 
     best = time_variants({name: (run, [warmup], timed) for name, run in variants.items()}, args.rounds, device)
 

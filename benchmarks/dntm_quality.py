@@ -58,6 +58,7 @@ from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_
 from dynlm.losses import token_nll  # noqa: E402
 from dynlm.models import build_model  # noqa: E402
 from dynlm.models.config import ModelConfig  # noqa: E402
+from dynlm.models.dntm import PAPER_DNTM  # noqa: E402
 from dynlm.training import FitHooks, TrainConfig, evaluate, fit  # noqa: E402
 
 ENTITY_CLASS = "entity_class_output"  # a model-level setting a row may add to its model.dntm settings
@@ -135,7 +136,7 @@ def model_config(args, dntm: dict) -> ModelConfig:
     return ModelConfig.from_dict({
         "type": "dntm", "backbone": "lstm", "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
         "num_layers": args.num_layers, "dropout": args.dropout, ENTITY_CLASS: entity_class,
-        "dntm": {"merge_fn": "gru", **dntm}})
+        "dntm": {**PAPER_DNTM, **dntm}})  # each row changes the paper's DNTM
 
 
 def _batches(rows, spec, args, seed):
@@ -146,7 +147,7 @@ def train_dynlm(args, spec, rows, dntm: dict):
     """A model trained by dynlm's loop (``dynlm.training.fit``, as ``dynlm train`` runs it)."""
     torch.manual_seed(args.seed)
     model = build_model(model_config(args, dntm), spec)
-    cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
+    cfg = TrainConfig(bptt_tokens=0, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
                       grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
     if args.ema_decay > 0:
         return _train_with_weight_average(args, spec, rows, model, cfg)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     dntm = {"dynamic": "none"} if own.row == "rnn" else DNTM_ROWS[own.row]
     torch.manual_seed(args.seed)
     model = build_model(model_config(args, dntm), spec)
-    cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
+    cfg = TrainConfig(bptt_tokens=0, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
                       grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
     records = []
     started = time.perf_counter()

@@ -35,6 +35,7 @@ from dynlm.data.schema import Quarantined
 from dynlm.data.split import assign_split
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
+from dynlm.models.dntm import PAPER_DNTM
 from dynlm.training import TrainConfig, evaluate, fit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,14 +133,14 @@ def model_config(args: argparse.Namespace, dynamic: str, merge_fn: str) -> Model
     return ModelConfig.from_dict({
         "type": "dntm", "backbone": "lstm", "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
         "num_layers": args.num_layers, "dropout": args.dropout,
-        "dntm": {"dynamic": dynamic, "merge_fn": merge_fn},
+        "dntm": {**PAPER_DNTM, "dynamic": dynamic, "merge_fn": merge_fn},  # the paper's model
     })
 
 
 def train_and_evaluate(args, spec, rows, dynamic: str, merge_fn: str) -> dict:
     torch.manual_seed(args.seed)
     model = build_model(model_config(args, dynamic, merge_fn), spec).to(args.device)
-    train_cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
+    train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
                             bptt_sentences=args.bptt_sentences, grad_clip=0.25, early_stopping_patience=0,
                             seed=args.seed)
     started, cpu_started = time.perf_counter(), time.process_time()

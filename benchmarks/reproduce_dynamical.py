@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     model_cfg = ModelConfig.from_dict(dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden,
                                            num_layers=1, dropout=0.2, embedding="word"))
     static = RNNLM(model_cfg, spec).to(device)
-    train_cfg = TrainConfig(lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
+    train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
                             early_stopping_patience=args.patience)
     fitted = fit(static, train_batches, lambda: valid, train_cfg, hooks=FitHooks(restore_best=True))
     print(f"theta_0: epoch {fitted['best_epoch']} of {fitted['epochs_run']} (best valid ppl)", flush=True)

@@ -185,6 +185,9 @@ class JobConfig(Config):
                 raise ConfigError(f"{section}: expected a mapping for {config_cls.__name__}")
             data[section] = value if isinstance(value, config_cls) else config_cls.from_dict(
                 value, _prefix=f"{_prefix}{section}.")
+        train = data["train"] if "train" in data else {}
+        if isinstance(train, dict):  # the task's best-known settings under the job's own
+            data["train"] = {**task.train_defaults, **train}
         return super().from_dict(data, _prefix=_prefix)
 
     def get_task(self):

@@ -14,17 +14,24 @@ from dynlm.config import Config, ConfigError
 
 @dataclass
 class DNTMSettings(Config):
-    """Dynamic Neural Text Model (Kobayashi et al., 2017)."""
+    """Dynamic Neural Text Model (Kobayashi et al., 2017).
+
+    The defaults are the best settings measured here (``benchmarks/results/dntm_quality.md``: the
+    new-entity logit and per-document entity rows stepped at every token), not the paper's model:
+    the paper's is ``new_entity_score: false, adapt_entity_rows: false``. A saved model keeps the
+    settings it was trained with (its checkpoint holds the whole config).
+    """
 
     dynamic: Literal["none", "input", "output", "both"] = "both"
     merge_fn: Literal["max", "gru", "gru_relu", "latest", "attention"] = "gru"
     entity_dim: int = 0  # 0: same as embed_dim (needed for input dynamics to add to embeddings)
     context_hidden_dim: int = 0  # BiRNN context encoder size; 0: same as hidden_dim
     # a learned score for "a new chain comes next", on <unk{n+1}> only (dynlm.modules.new_entity_score)
-    new_entity_score: bool = False
+    new_entity_score: bool = True
     # with new_entity_score: the logit of <unk{n+1}> is the score plus a learned bias per n alone,
-    # without the static output vector of <unk{n+1}> (which then scores only re-mentions of its chain)
-    new_entity_replaces_static: bool = False
+    # without the static output vector of <unk{n+1}> (which then scores only re-mentions of its chain).
+    # No effect without new_entity_score (so `new_entity_score: false` alone gives the paper's output)
+    new_entity_replaces_static: bool = True
     # sigmoid(w . h + b) scaling the dynamic entity scores per position (dynlm.modules.score_gate;
     # output dynamics only)
     gate_dynamic_scores: bool = False
@@ -33,11 +40,11 @@ class DNTMSettings(Config):
     mention_cache: bool = False
     # the entity output rows adapted per document after every sentence by a learned step on the
     # model's own prediction errors (dynlm.modules.entity_row_adaptation; beyond the paper)
-    adapt_entity_rows: bool = False
+    adapt_entity_rows: bool = True
     # with adapt_entity_rows: "token" also moves the shift after every position inside a sentence
     # (a chain mentioned earlier in the same sentence counts at once; the per-sentence step at its
     # end). No effect without adapt_entity_rows, so that a search can switch the rows on and off.
-    entity_row_step: Literal["sentence", "token"] = "sentence"
+    entity_row_step: Literal["sentence", "token"] = "token"
 
 
 @dataclass
@@ -103,19 +110,22 @@ class ModelConfig(Config):
         if dyn.eta < 0 or dyn.decay < 0 or dyn.eps <= 0:
             raise ConfigError(f"model.dynamical: need eta >= 0, decay >= 0, eps > 0 (got {dyn.eta}, "
                               f"{dyn.decay}, {dyn.eps})")
-        if self.dntm.gate_dynamic_scores and self.dntm.dynamic not in ("output", "both"):
-            raise ConfigError(f"model.dntm.gate_dynamic_scores gates the output dynamics; "
-                              f"model.dntm.dynamic is {self.dntm.dynamic!r}")
-        if self.dntm.mention_cache and self.dntm.adapt_entity_rows:
-            raise ConfigError("model.dntm.mention_cache and model.dntm.adapt_entity_rows: choose one")
-        if self.dntm.adapt_entity_rows and self.entity_class_output:
-            raise ConfigError("model.dntm.adapt_entity_rows steps on the joint softmax's errors; "
-                              "model.entity_class_output factors it")
-        if self.dntm.new_entity_replaces_static and not self.dntm.new_entity_score:
-            raise ConfigError("model.dntm.new_entity_replaces_static needs model.dntm.new_entity_score")
+        if self.type == "dntm":  # the other models ignore model.dntm
+            self._validate_dntm()
         if self.entity_class_output and self.type == "dynamical":
             raise ConfigError("model.entity_class_output is for rnn and dntm models: the dynamical LM's "
                               "fast output layer assumes one softmax over h W^T + b")
         bad = set(self.dynamical.fast_params) - {"output", "embedding", "recurrent"}
         if bad:
             raise ConfigError(f"model.dynamical.fast_params: unknown {sorted(bad)}")
+
+    def _validate_dntm(self) -> None:
+        if self.dntm.gate_dynamic_scores and self.dntm.dynamic not in ("output", "both"):
+            raise ConfigError(f"model.dntm.gate_dynamic_scores gates the output dynamics; "
+                              f"model.dntm.dynamic is {self.dntm.dynamic!r}")
+        if self.dntm.mention_cache and self.dntm.adapt_entity_rows:
+            raise ConfigError("model.dntm.mention_cache and model.dntm.adapt_entity_rows (on by default): choose one "
+                              "(set model.dntm.adapt_entity_rows: false for the mention cache)")
+        if self.dntm.adapt_entity_rows and self.entity_class_output:
+            raise ConfigError("model.dntm.adapt_entity_rows (on by default) steps on the joint softmax's errors; "
+                              "model.entity_class_output factors it (set model.dntm.adapt_entity_rows: false)")

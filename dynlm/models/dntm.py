@@ -77,22 +77,33 @@ class DNTMState(NamedTuple):
     entity_rows: torch.Tensor | None = None
 
 
-def dntm_small(**overrides) -> ModelConfig:
-    """A small DNTM for tests and smoke runs (64-dim, 1-layer LSTM, dynamic=both, GRU merge).
+#: The paper's DNTM (Kobayashi et al., 2017): dynamic=both, GRU merge, none of dynlm's additions
+#: (the new-entity logit, per-document entity rows) that :class:`DNTMSettings`'s defaults switch on.
+PAPER_DNTM = dict(dynamic="both", merge_fn="gru", new_entity_score=False, new_entity_replaces_static=False,
+                  adapt_entity_rows=False, entity_row_step="sentence")
 
-    ``overrides`` are top-level ModelConfig fields; pass ``dntm={"merge_fn": ...}`` for the
-    DNTM settings.
+
+def _paper_dntm(cfg: dict, overrides: dict) -> ModelConfig:
+    """``cfg`` with ``overrides``; ``overrides["dntm"]`` changes :data:`PAPER_DNTM` key by key."""
+    settings = {**PAPER_DNTM, **overrides.get("dntm", {})}
+    return ModelConfig.from_dict({**cfg, **overrides, "dntm": settings})
+
+
+def dntm_small(**overrides) -> ModelConfig:
+    """The paper's DNTM, small, for tests and smoke runs (64-dim, 1-layer LSTM, :data:`PAPER_DNTM`).
+
+    ``overrides`` are top-level ModelConfig fields; pass ``dntm={"merge_fn": ...}`` to change
+    DNTM settings (the others stay the paper's).
     """
-    cfg = dict(type="dntm", backbone="lstm", embed_dim=64, hidden_dim=64, num_layers=1, dropout=0.1,
-               dntm=dict(dynamic="both", merge_fn="gru"))
-    return ModelConfig.from_dict({**cfg, **overrides})
+    cfg = dict(type="dntm", backbone="lstm", embed_dim=64, hidden_dim=64, num_layers=1, dropout=0.1)
+    return _paper_dntm(cfg, overrides)
 
 
 def dntm_base(**overrides) -> ModelConfig:
-    """The report size: 256-dim embeddings, 2 x 512 LSTM, dropout 0.3 (as ``rnn_lm_base``)."""
-    cfg = dict(type="dntm", backbone="lstm", embed_dim=256, hidden_dim=512, num_layers=2, dropout=0.3,
-               dntm=dict(dynamic="both", merge_fn="gru"))
-    return ModelConfig.from_dict({**cfg, **overrides})
+    """The paper's DNTM (:data:`PAPER_DNTM`) at the report size: 256-dim embeddings, 2 x 512 LSTM,
+    dropout 0.3 (as ``rnn_lm_base``)."""
+    cfg = dict(type="dntm", backbone="lstm", embed_dim=256, hidden_dim=512, num_layers=2, dropout=0.3)
+    return _paper_dntm(cfg, overrides)
 
 
 class DNTM(nn.Module):

@@ -79,6 +79,9 @@ class Task(ABC):
     metrics: ClassVar[type]
     primary_metric: ClassVar[str] = "ppl"
     spec_class: ClassVar[type]
+    #: the task's best-known ``train:`` settings where they differ from :class:`dynlm.training.TrainConfig`'s
+    #: (the language models'); a job's ``train:`` section overrides them key by key
+    train_defaults: ClassVar[dict[str, Any]] = {}
 
     # ----------------------------------------------------------------------------- prepare
     @staticmethod

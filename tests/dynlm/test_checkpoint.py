@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -51,3 +53,26 @@ def test_extra_must_be_plain_values(tmp_path, tiny_spec):
     with pytest.raises(TypeError, match=r"extra\.metrics\.obj: Custom"):
         checkpoint.save(tmp_path / "m.pt", build_model(cfg, tiny_spec), cfg, tiny_spec, extra={"metrics": {"obj": Custom()}})
     assert not (tmp_path / "m.pt").exists()
+
+
+#: A DNTM checkpoint saved before the model defaults became the best-known settings (the paper's
+#: DNTM was the default then): E = H = 8 over TINY_SPEC, ``torch.manual_seed(3)`` weights.
+BEFORE_DEFAULTS = Path(__file__).parent / "checkpoints" / "dntm_before_best_known_defaults.pt"
+
+
+def test_a_checkpoint_saved_before_the_best_known_defaults_keeps_its_meaning(random_rows, tiny_spec):
+    from dynlm.models.config import DNTMSettings
+
+    model, cfg, spec, _ = checkpoint.load(BEFORE_DEFAULTS)
+    assert spec == tiny_spec
+    # it stored every setting, so today's defaults (dynlm's additions on) do not change it
+    assert (cfg.dntm.new_entity_score, cfg.dntm.new_entity_replaces_static, cfg.dntm.adapt_entity_rows,
+            cfg.dntm.entity_row_step) == (False, False, False, "sentence")
+    assert cfg.dntm != DNTMSettings()
+    assert not hasattr(model, "new_entity") or model.new_entity is None
+    batch = collate_documents(random_rows(3), spec)
+    with torch.no_grad():
+        outputs, _ = model(batch.sentences, model.init_state(3))
+    # the same scores as when it was saved (the sum of its finite logits then)
+    total = sum(float(o.logits[torch.isfinite(o.logits)].double().sum()) for o in outputs)
+    assert total == pytest.approx(56.651591673493385, rel=1e-9)

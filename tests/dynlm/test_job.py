@@ -27,6 +27,28 @@ def test_default_job_is_small_and_round_trips():
     assert JobConfig.from_dict(json.loads(json.dumps(job.to_dict()))).hash() == job.hash()
 
 
+def test_a_minimal_job_file_gets_the_best_known_settings(tmp_path):
+    """A user's job with only data: and model: trains as configs/ does: the dataclass defaults are
+    the best-known settings (configs/lm_dntm.yaml), and a task's own training defaults come under
+    the job's train: section, key by key."""
+    import yaml
+
+    known = yaml.safe_load((REPO / "configs" / "lm_dntm.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "job.yaml").write_text("data:\n  inputs: [corpus]\nmodel:\n  type: dntm\n", encoding="utf-8")
+    job = load_job(tmp_path / "job.yaml")
+    for key in ("new_entity_score", "new_entity_replaces_static", "adapt_entity_rows", "entity_row_step",
+                "merge_fn", "dynamic"):
+        assert getattr(job.model.dntm, key) == known["model"]["dntm"][key], key
+    for key in ("lr", "bptt_tokens", "lr_schedule", "grad_clip"):
+        assert getattr(job.train, key) == known["train"][key], key
+
+    cloze = JobConfig.from_dict({"task": "cloze", "data": {"inputs": ["q"]}, "train": {"batch_size": 8}})
+    assert (cloze.train.grad_clip, cloze.train.batch_size, cloze.train.lr) == (5.0, 8, 0.003)
+    naming = JobConfig.from_dict({"task": "naming", "data": {"inputs": ["src"]}})
+    assert (naming.train.grad_clip, naming.train.batch_size, naming.train.lr) == (5.0, 64, 0.005)
+    assert JobConfig.from_dict(naming.to_dict()) == naming  # saved jobs keep every value they had
+
+
 def test_unknown_top_level_key_is_named():
     data = default_job_dict()
     data["modle"] = {}

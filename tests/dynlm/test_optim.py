@@ -20,7 +20,7 @@ def test_param_groups_decay_only_matrices():
     groups = param_groups(model, 0.1)
     assert [len(g["params"]) for g in groups] == [2, 2]
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
-    assert isinstance(build_optimizer(model, TrainConfig(optimizer="sgd")), torch.optim.SGD)
+    assert isinstance(build_optimizer(model, TrainConfig(bptt_tokens=0, optimizer="sgd")), torch.optim.SGD)
 
 
 def test_warmup_then_cosine():

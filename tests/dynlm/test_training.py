@@ -23,7 +23,7 @@ def _model(spec, **overrides):
 def test_train_step_lowers_loss_on_repeated_corpus(tiny_spec, random_rows):
     batch = collate_documents(random_rows(4, seed=1), tiny_spec)
     model = _model(tiny_spec)
-    cfg = TrainConfig(lr=3e-2, bptt_sentences=2)
+    cfg = TrainConfig(bptt_tokens=0, lr=3e-2, bptt_sentences=2)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     first = train_step(model, batch, optimizer, cfg)
     for _ in range(12):
@@ -38,7 +38,7 @@ def test_train_step_lowers_loss_on_repeated_corpus(tiny_spec, random_rows):
 def test_train_step_seeded_golden_loss(tiny_spec, random_rows):
     batch = collate_documents(random_rows(3, seed=2), tiny_spec)
     model = _model(tiny_spec)
-    cfg = TrainConfig(lr=1e-2, bptt_sentences=1)
+    cfg = TrainConfig(bptt_tokens=0, lr=1e-2, bptt_sentences=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     losses = [train_step(model, batch, optimizer, cfg)["loss"] for _ in range(2)]
     assert losses == pytest.approx(GOLDEN_LOSSES, rel=1e-5)
@@ -59,7 +59,7 @@ def test_train_step_chunks_state_and_scheduler(tiny_spec, random_rows):
         def step(self):
             steps.append(1)
 
-    out = train_step(model, batch, optimizer, TrainConfig(bptt_sentences=2, grad_clip=0.0), scheduler=Counter())
+    out = train_step(model, batch, optimizer, TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=0.0), scheduler=Counter())
     assert len(steps) == out["steps"] == math.ceil(len(batch.sentences) / 2)
     assert math.isnan(out["grad_norm"])
 
@@ -92,7 +92,7 @@ def test_fit_restores_best_weights_and_callback_stops(tiny_spec, random_rows):
     valid = list(batch_documents(random_rows(3, seed=5), tiny_spec, 3))
     model = _model(tiny_spec)
     seen = []
-    cfg = TrainConfig(epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", warmup_steps=2)
+    cfg = TrainConfig(bptt_tokens=0, epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", warmup_steps=2)
     result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg,
                  on_epoch=lambda epoch, record: seen.append(record) or epoch == 3)
     assert result["epochs_run"] == 3 and len(seen) == 3
@@ -108,7 +108,7 @@ def test_fit_early_stopping(tiny_spec, random_rows):
     valid = list(batch_documents(random_rows(3, seed=7), tiny_spec, 3))
     model = _model(tiny_spec)
     # a huge SGD step makes validation worse after the first epoch
-    cfg = TrainConfig(epochs=6, lr=50.0, optimizer="sgd", grad_clip=0.0, lr_schedule="constant",
+    cfg = TrainConfig(bptt_tokens=0, epochs=6, lr=50.0, optimizer="sgd", grad_clip=0.0, lr_schedule="constant",
                       early_stopping_patience=2)
     result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg)
     assert result["stopped_early"] and result["best_epoch"] == 1
@@ -123,7 +123,7 @@ def test_fit_continued_from_its_state_equals_an_uninterrupted_fit(tiny_spec, ran
 
     rows = random_rows(6, seed=4)
     valid = list(batch_documents(random_rows(3, seed=5), tiny_spec, 3))
-    cfg = TrainConfig(epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", early_stopping_patience=0)
+    cfg = TrainConfig(bptt_tokens=0, epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", early_stopping_patience=0)
 
     def run(stop_at: int | None):
         torch.manual_seed(0)
@@ -176,7 +176,7 @@ DDP_SCRIPT = textwrap.dedent('''
     torch.manual_seed(0)
     model = build_model(rnn_lm_small(embed_dim=16, hidden_dim=16, embedding="word+subword", subword_dim=8), TINY_SPEC)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    cfg = TrainConfig(lr=1e-2, bptt_sentences=1)
+    cfg = TrainConfig(bptt_tokens=0, lr=1e-2, bptt_sentences=1)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=cfg.lr)
     # uneven inputs: rank 0 gets 3 batches, rank 1 gets 1 (and different numbers of chunks)
     rows = random_rows(6 if rank == 0 else 2, seed=rank, max_sentences=6)
@@ -228,7 +228,7 @@ def test_train_one_epoch_averages_the_dynamical_gate_statistics():
         torch.manual_seed(0)
         model = build_model(model_cfg, spec)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(), iter(batches),
+        totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(bptt_tokens=0), iter(batches),
                                  torch.device("cpu"), spec=spec)
         assert totals["steps"] == 2
         if expect_gates:

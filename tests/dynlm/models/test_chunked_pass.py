@@ -15,6 +15,7 @@ from dynlm.data.batching import ChunkLayout, collate_documents
 from dynlm.losses import token_nll
 from dynlm.models import build_model, needs_whole_sentences
 from dynlm.models.config import ModelConfig
+from dynlm.models.dntm import PAPER_DNTM
 from dynlm.vocab_spec import VocabSpec
 
 TINY_SPEC = VocabSpec(num_words=20, num_entities=3, shortlist_size=15, num_subwords=12)  # as tests/dynlm/conftest.py
@@ -31,7 +32,9 @@ DNTM_CASES += [dict(dynamic="both", merge_fn="gru", new_entity_score=True, gate_
                dict(dynamic="none", merge_fn="gru", adapt_entity_rows=True),
                dict(dynamic="both", merge_fn="gru", new_entity_score=True, new_entity_replaces_static=True,
                     adapt_entity_rows=True, entity_row_step="token")]
-CASES = [dict(type="rnn"), dict(type="rnn", backbone="gru")] + [dict(type="dntm", dntm=case) for case in DNTM_CASES]
+# each case changes the paper's DNTM (not the best-known defaults, which switch the additions on)
+CASES = [dict(type="rnn"), dict(type="rnn", backbone="gru")] + [dict(type="dntm", dntm={**PAPER_DNTM, **case})
+                                                                 for case in DNTM_CASES]
 
 
 def _model(case: dict):
@@ -88,6 +91,9 @@ BEFORE_CASES = {
     "both-latest-new-gate": dict(type="dntm", dntm=dict(dynamic="both", merge_fn="latest", new_entity_score=True,
                                                         gate_dynamic_scores=True)),
 }
+# recorded on the paper's DNTM: each case changes PAPER_DNTM (the defaults switch dynlm's additions on)
+BEFORE_CASES = {name: {**case, "dntm": {**PAPER_DNTM, **case["dntm"]}} if "dntm" in case else case
+                for name, case in BEFORE_CASES.items()}
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE_CHUNKS))

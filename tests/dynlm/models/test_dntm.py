@@ -205,11 +205,12 @@ def test_the_gate_needs_output_dynamics():
         dntm_small(dntm={"dynamic": "input", "gate_dynamic_scores": True})
 
 
-def test_the_new_entity_logit_needs_the_new_entity_score():
-    from dynlm.config import ConfigError
-
-    with pytest.raises(ConfigError, match="new_entity_replaces_static"):
-        dntm_small(dntm={"dynamic": "both", "new_entity_replaces_static": True})
+def test_the_new_entity_logit_is_inert_without_the_new_entity_score():
+    """`new_entity_score: false` alone gives the paper's output layer, whatever
+    new_entity_replaces_static (on by default) says."""
+    plain, replacing = _model("both"), _model("both", dntm={"new_entity_replaces_static": True})
+    rows = [_row("a", DOC_A)]
+    assert all(torch.equal(a, b) for a, b in zip(_run(replacing, rows)[0], _run(plain, rows)[0]))
 
 
 def test_the_factored_entity_output_is_not_for_the_dynamical_lm():

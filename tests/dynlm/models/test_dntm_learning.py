@@ -40,7 +40,7 @@ def _train(dynamic: str, spec, train_rows, valid_rows) -> dict:
     torch.manual_seed(0)
     cfg = dntm_small(embed_dim=32, hidden_dim=32, dropout=0.0, dntm={"dynamic": dynamic, "merge_fn": "gru"})
     model = DNTM(cfg, spec)
-    train_cfg = TrainConfig(lr=5e-3, epochs=4, batch_size=16, bptt_sentences=8, grad_clip=1.0,
+    train_cfg = TrainConfig(bptt_tokens=0, lr=5e-3, epochs=4, batch_size=16, bptt_sentences=8, grad_clip=1.0,
                             early_stopping_patience=0, seed=0)
     fit(model,
         lambda epoch: batch_documents(train_rows, spec, train_cfg.batch_size, seed=epoch),

@@ -247,7 +247,7 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
     held_out = [_random_docs(8, 12, 2, seed=7)]
     before = evaluate(model, held_out)["loss"]
     optimizer = torch.optim.Adam(model.meta_learner.parameters(), lr=0.05)
-    cfg = TrainConfig(bptt_sentences=2, grad_clip=1.0)
+    cfg = TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=1.0)
     metrics = [train_step(model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg) for step in range(10)]
     after = evaluate(model, held_out)["loss"]
     assert metrics[0]["gate_input_mean"] == pytest.approx(1.0) and metrics[0]["gate_input_std"] == 0.0
@@ -287,7 +287,7 @@ def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_th
     if train_theta:
         groups.append({"params": list(model.lm.parameters()), "lr": 1e-3})
     optimizer = torch.optim.Adam(groups)
-    cfg = TrainConfig(bptt_sentences=2, grad_clip=0.25)
+    cfg = TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=0.25)
     curve = [before]
     for _epoch in range(4):
         for batch in train:

@@ -169,7 +169,7 @@ def test_collate_shapes_and_the_inactive_batch(synth_corpus):
     model = task.build_model(NamingModelConfig(embed_dim=8, context_size=2, noise_samples=4), spec)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     before = [p.detach().clone() for p in model.parameters()]
-    out = task.train_step(model, task.pad_batch(None, 1, spec), optimizer, TrainConfig(grad_clip=1.0))
+    out = task.train_step(model, task.pad_batch(None, 1, spec), optimizer, TrainConfig(bptt_tokens=0, grad_clip=1.0))
     assert (out["loss"], out["nll_sum"], out["tokens"], out["documents"], out["steps"]) == (0.0, 0.0, 0, 0, 1)
     assert all(p.grad is not None and not p.grad.abs().sum() for p in model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -181,7 +181,7 @@ def train_naming(rows, spec, model_type: str, epochs: int = 5) -> tuple[torch.nn
     cfg = NamingModelConfig(type=model_type, embed_dim=32, context_size=4, noise_samples=8, top_k=5, beam_size=8,
                             max_subtokens=4)
     model = task.build_model(cfg, spec)
-    train_cfg = TrainConfig(lr=0.02, epochs=epochs, batch_size=32, grad_clip=5.0, lr_schedule="constant",
+    train_cfg = TrainConfig(bptt_tokens=0, lr=0.02, epochs=epochs, batch_size=32, grad_clip=5.0, lr_schedule="constant",
                             early_stopping_patience=0)
     summary = fit(model, lambda epoch: task.batches(rows["train"], spec, 32, seed=epoch),
                   lambda: task.batches(rows["valid"], spec, 64, seed=None), train_cfg, task=task)
@@ -274,7 +274,7 @@ DDP_SCRIPT = textwrap.dedent('''
     core = task.build_model(NamingModelConfig(embed_dim=8, context_size=2, noise_samples=4), spec)
     model = torch.nn.parallel.DistributedDataParallel(task.wrap_for_ddp(core))
     optimizer = torch.optim.Adam(core.parameters(), lr=0.01)
-    train_cfg = TrainConfig(grad_clip=1.0)
+    train_cfg = TrainConfig(bptt_tokens=0, grad_clip=1.0)
     rows = done.splits["train"][: 48 if rank == 0 else 8]  # uneven: rank 0 has 3 batches, rank 1 one
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), train_cfg,
                              task.batches(rows, spec, 16, seed=rank), torch.device("cpu"), task=task, spec=spec)
