@@ -79,6 +79,10 @@ class RunSettings(Config):
             store when it takes at most a tenth of it (every epoch then splits cached blocks
             instead of starting a new read: seconds per epoch on a small corpus), else stream
             them every epoch; ``always`` / ``never`` force either.
+        system_metrics_s: every this many seconds rank 0 samples its node's CPU, memory, disk
+            and network (and GPUs, with ``nvidia-ml-py`` installed) into the MLflow run's system
+            metrics (``system/...``, MLflow's monitor); ``dynlm train`` prints their means at
+            the end. 0: off.
     """
 
     num_workers: int = 2
@@ -97,6 +101,7 @@ class RunSettings(Config):
     name: str | None = None
     init_checkpoint: str | None = None
     cache_train_split: str = "auto"
+    system_metrics_s: float = 10.0
 
     def validate(self) -> None:
         if self.cache_train_split not in CACHE_CHOICES:
@@ -104,6 +109,8 @@ class RunSettings(Config):
                               f"got {self.cache_train_split!r}")
         if self.num_workers < 1:
             raise ConfigError(f"run.num_workers must be >= 1, got {self.num_workers}")
+        if self.system_metrics_s < 0:
+            raise ConfigError(f"run.system_metrics_s must be >= 0 (0: off), got {self.system_metrics_s}")
         if self.cpus_per_worker <= 0:
             raise ConfigError(f"run.cpus_per_worker must be > 0, got {self.cpus_per_worker}")
         if self.max_failures < -1:

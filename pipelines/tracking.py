@@ -24,6 +24,7 @@ URI returned by :func:`tracking_uri` to the workers and on to :func:`log_epoch_m
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -47,6 +48,8 @@ from dynlm.config import ConfigError, flatten_config, seconds_from_env
 from dynlm.data.prepared import PreparedData
 from dynlm.tasks import DEFAULT_TASK, get_task
 from pipelines import console
+
+logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -378,6 +381,45 @@ def _is_unique_violation(exc: BaseException) -> bool:
     its server's error message)."""
     text = str(exc).lower()
     return "unique constraint" in text or "duplicate key" in text or "duplicate entry" in text
+
+
+def start_system_metrics(run_id: str, interval_s: float, *, tracking_uri: str | None = None):
+    """Start MLflow's system-metrics monitor on the run (a thread of this process: CPU, memory,
+    disk, network, and GPUs when ``nvidia-ml-py`` is installed, as ``system/...`` metrics every
+    ``interval_s`` seconds). Returns it (stop with ``.finish()``), or None when this machine
+    cannot sample (psutil missing): the training goes on without."""
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # resume_logging: a restarted attempt (or --resume) goes on after the steps already logged
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
+                                       tracking_uri=tracking_uri or _uri(None))
+        monitor.start()
+    except Exception as exc:  # noqa: BLE001 - system metrics are a nicety; the training is not
+        logger.warning("no system metrics for run %s: %s", run_id, exc)
+        return None
+    return monitor
+
+
+#: the system metrics ``dynlm train`` summarizes at the end (MLflow's names)
+SYSTEM_SUMMARY = {"CPU": "system/cpu_utilization_percentage", "memory": "system/system_memory_usage_percentage"}
+
+
+def system_metrics_summary(run_id: str, *, tracking_uri: str | None = None) -> str | None:
+    """``"mean CPU 71 %, memory 12 %, GPU 0 43 %"`` over the run's system metrics, or None when
+    it has none."""
+    run = _client(tracking_uri).get_run(run_id)
+    names = dict(SYSTEM_SUMMARY)
+    names.update({f"GPU {key.split('_')[1]}": key for key in sorted(run.data.metrics)
+                  if key.startswith("system/gpu_") and key.endswith("_utilization_percentage")})
+    parts = []
+    for label, key in names.items():
+        if key not in run.data.metrics:
+            continue
+        values = [m.value for m in _client(tracking_uri).get_metric_history(run_id, key)]
+        if values:
+            parts.append(f"{label} {sum(values) / len(values):.0f} %")
+    return f"mean {', '.join(parts)}" if parts else None
 
 
 def log_epoch_metrics(run_id: str, epoch: int, metrics: dict[str, Any], *,

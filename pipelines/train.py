@@ -308,8 +308,18 @@ def train_fn_per_worker(config: dict) -> dict | None:
     hooks = FitHooks(rank=rank, spec=spec, restore_best=False, on_epoch_start=progress.start_epoch,
                      autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
                      after_step=after_step)
-    summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
-                  hooks=hooks, on_epoch=on_epoch, task=task)
+    monitor = None
+    if rank == 0 and settings.mlflow_run_id and job.run.system_metrics_s > 0:
+        from pipelines import tracking
+
+        monitor = tracking.start_system_metrics(settings.mlflow_run_id, job.run.system_metrics_s,
+                                                tracking_uri=settings.tracking_uri)
+    try:
+        summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
+                      hooks=hooks, on_epoch=on_epoch, task=task)
+    finally:
+        if monitor is not None:
+            monitor.finish()
     if rank == 0:
         return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None

@@ -82,6 +82,9 @@ def run(args) -> int:
               f"over {result.epochs} epochs; "
               f"checkpoint {result.best_checkpoint_dir}; MLflow run {result.run_id}"
               + (f"; registered version {result.model_version}" if result.model_version else ""))
+        system = tracking.system_metrics_summary(result.run_id, tracking_uri=job.run.tracking_uri)
+        if system:
+            print(f"[train] system metrics of the run (rank 0's node): {system}")
     if args.json:
         from pipelines.tracking import json_safe
 

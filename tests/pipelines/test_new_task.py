@@ -28,7 +28,7 @@ JOB = {
     "data": {"inputs": ["corpus"], "max_chars": 30},
     "model": {"embed_dim": 16, "hidden_dim": 32},
     "train": {"lr": 0.02, "epochs": 2, "batch_size": 4, "lr_schedule": "constant", "early_stopping_patience": 0},
-    "run": {"num_workers": 2, "cpus_per_worker": 0.4, "experiment": "char"},
+    "run": {"num_workers": 2, "cpus_per_worker": 0.4, "experiment": "char", "system_metrics_s": 0.5},
 }
 
 
@@ -51,6 +51,7 @@ def test_a_task_outside_dynlm_prepares_trains_registers_and_evaluates(ray_sessio
     assert main(["train", "--config", "job.yaml", "--json"]) == 0
     captured = capsys.readouterr()
     assert "registered dynlm-char v1" in captured.err  # --json: what a person reads goes to stderr ...
+    assert "[train] system metrics of the run (rank 0's node): mean CPU " in captured.err
     (line,) = captured.out.splitlines()  # ... and stdout holds one JSON object
     trained = json.loads(line)
     assert (trained["model_version"], trained["task"], trained["epochs"]) == ("1", CHAR_TASK, 2)

@@ -62,7 +62,7 @@ def baseline(corpus, mlflow_module_uri):
     from pipelines.train import run_training
 
     tmp, prepared = corpus
-    return run_training(_job(tmp, prepared.root, "run.name=baseline"), prepared)
+    return run_training(_job(tmp, prepared.root, "run.name=baseline", "run.system_metrics_s=0.5"), prepared)
 
 
 def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri):
@@ -104,6 +104,12 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
     client = MlflowClient(mlflow_module_uri)
     values = client.get_metric_history(baseline.run_id, "valid_ppl")
     assert sorted(m.step for m in values) == [1, 2]
+    # system metrics of rank 0's node, sampled by MLflow's monitor during the training
+    from pipelines import tracking
+
+    cpu = client.get_metric_history(baseline.run_id, "system/cpu_utilization_percentage")
+    assert cpu and all(0.0 <= m.value <= 100.0 for m in cpu)
+    assert tracking.system_metrics_summary(baseline.run_id, tracking_uri=mlflow_module_uri).startswith("mean CPU ")
     # the DNTM paper's accumulation analysis of the best epoch, as a figure and as metrics
     assert "accumulation.png" in {a.path for a in client.list_artifacts(baseline.run_id)}
     best = min(history, key=lambda r: r["valid_ppl"])
