@@ -6,6 +6,7 @@ to look next. Everything else goes to log files:
 
     Python logs of Ray, MLflow, alembic, ... (driver)   runs/logs/dynlm-<time>-<pid>.log
                                                          ($DYNLM_LOG_DIR overrides runs/logs)
+    native (C++) lines of Ray's core worker (driver)     runs/logs/dynlm-<time>-<pid>.native.log
     output of Ray's workers and actors                   <ray temp dir>/session_latest/logs/
 
 ``dynlm --verbose <verb>`` leaves them all on the terminal, as Ray and MLflow print them.
@@ -59,7 +60,47 @@ def configure_output(is_verbose: bool) -> Path | None:
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # mlflow's logger then propagates
     path = install_log_file(os.environ.get(LOG_DIR_ENV) or DEFAULT_LOG_DIR)
     route_library_logs()
+    redirect_native_stderr(path.with_suffix(".native.log"))
     return path
+
+
+def redirect_native_stderr(path: Path) -> None:
+    """Send what native code writes to this process's stderr (file descriptor 2) to ``path``,
+    keeping Python's ``sys.stderr`` (dynlm's own lines, progress bars, tracebacks) on the terminal.
+
+    Ray's core worker in the driver logs in C++ straight to descriptor 2 (e.g. the note that an
+    actor pool's constructor arguments live in the object store: ``core_worker.cc ... max_restarts
+    > 0``); the processes the driver starts (Ray's raylet and GCS) inherit the file too. Only in
+    the ``dynlm`` process itself, whose ``sys.stderr`` is still the process's: a caller that
+    replaced it (a test capturing output, an embedding application) keeps its descriptors. The
+    file is removed at exit when nothing was written.
+    """
+    if sys.stderr is None or sys.stderr is not sys.__stderr__:
+        return
+    try:
+        if sys.stderr.fileno() != 2:
+            return
+    except (AttributeError, OSError, ValueError):
+        return
+    import atexit
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    native = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(native, 2)
+    os.close(native)
+    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.__stderr__.encoding or "utf-8",
+                           errors="backslashreplace")
+
+    def remove_if_empty() -> None:
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+
+    atexit.register(remove_if_empty)
 
 
 def route_library_logs() -> None:

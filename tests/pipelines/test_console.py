@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import sys
 import warnings
 
 import pytest
@@ -87,3 +89,26 @@ def test_verbose_leaves_logging_alone(restored_logging):
     assert console.configure_output(True) is None
     assert console.verbose() and console.ray_init_options() == {"log_to_driver": True}
     assert logging.getLogger().handlers == handlers
+
+
+def test_native_stderr_goes_to_the_log_file_and_python_stderr_stays(tmp_path, processes):
+    """What native code writes to descriptor 2 (Ray's core worker logs its C++ notes there) goes to
+    the .native.log beside the log file; dynlm's own lines (sys.stderr) stay on the terminal; an
+    empty native log is removed at exit."""
+    import subprocess
+
+    script = ("import os, sys\n"
+              "from pipelines.console import configure_output\n"
+              "path = configure_output(False)\n"
+              "if sys.argv[1] == 'write':\n"
+              "    os.write(2, b'core_worker.cc: a native note\\n')\n"
+              "print('dynlm: error: a line of our own', file=sys.stderr)\n")
+    env = {**os.environ, console.LOG_DIR_ENV: str(tmp_path / "logs")}
+    env.pop(console.VERBOSE_ENV, None)
+    done = processes.run([sys.executable, "-c", script, "write"], env=env, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "dynlm: error: a line of our own\n", done.stderr
+    (native,) = (tmp_path / "logs").glob("*.native.log")
+    assert native.read_text() == "core_worker.cc: a native note\n"
+    native.unlink()
+    done = processes.run([sys.executable, "-c", script, "quiet"], env=env, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0 and not list((tmp_path / "logs").glob("*.native.log"))
