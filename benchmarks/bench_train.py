@@ -10,6 +10,7 @@ loops run on CUDA with bf16 autocast and the mean GPU utilisation during each ru
     python benchmarks/bench_train.py                      # CPU, 1 thread per process
     python benchmarks/bench_train.py --use-gpu --out $OUT/bench_train.json
     python benchmarks/bench_train.py --corpus litbank --threads 2 --epochs 2
+    python benchmarks/bench_train.py --corpus litbank --minimal-job --threads 2 --epochs 2   # a user's data+model job
 
 ``--corpus litbank`` (issue 11) trains the report's baseline on the 80 LitBank documents of
 ``../shared/data/litbank`` (anonymized, vocabulary 10k + 50 chains, 2 x 256 LSTM, E 256,
@@ -118,6 +119,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the plain loop (Ray workers get 1 per CPU)")
     parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed)")
     parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--minimal-job", action="store_true",
+                        help="--corpus litbank: a user's job file with only data: and model: sections (the "
+                             "training settings are the defaults); only epochs and where to run are set here")
     parser.add_argument("--address", default="local",
                         help="Ray address (default: a fresh local Ray, never someone else's cluster)")
     args = parser.parse_args()
@@ -142,7 +146,21 @@ def main() -> int:
         write_conll(SynthConfig(num_documents=args.documents, docs_per_file=50), work / "synth")
         corpus = [f"data.inputs=[{work / 'synth'}]", f"model.embed_dim={args.hidden_dim}",
                   f"model.hidden_dim={args.hidden_dim}"]
-    job = default_job(corpus + [
+    where = [f"data.output_root={work / 'prepared'}", f"train.epochs={args.epochs}", "train.early_stopping_patience=0",
+             f"run.storage_path={work / 'ray'}", f"run.tracking_uri=sqlite:///{work / 'mlflow.db'}",
+             f"run.use_gpu={str(args.use_gpu).lower()}",
+             "run.cpus_per_worker=0.5" if not args.use_gpu else "run.cpus_per_worker=1"]
+    if args.minimal_job and args.corpus == "litbank":  # what a user writes: data and model, nothing else
+        from dynlm.job import JobConfig
+
+        job = JobConfig.from_dict({
+            "data": {"inputs": [args.data_dir], "vocab_size": 10000, "max_chains": 50, "bpe_merges": 0},
+            "model": {"type": "rnn", "embed_dim": 256, "hidden_dim": 256, "num_layers": 2, "dropout": 0.3},
+        }).with_overrides(where)
+        args.batch_size = job.train.batch_size
+    else:
+        job = None
+    job = job or default_job(corpus + [
         f"data.output_root={work / 'prepared'}",
         f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}", "train.lr_schedule=constant",
         "train.early_stopping_patience=0", f"run.storage_path={work / 'ray'}",
