@@ -383,22 +383,67 @@ def _is_unique_violation(exc: BaseException) -> bool:
     return "unique constraint" in text or "duplicate key" in text or "duplicate entry" in text
 
 
-def start_system_metrics(run_id: str, interval_s: float, *, tracking_uri: str | None = None):
-    """Start MLflow's system-metrics monitor on the run (a thread of this process: CPU, memory,
-    disk, network, and GPUs when ``nvidia-ml-py`` is installed, as ``system/...`` metrics every
-    ``interval_s`` seconds). Returns it (stop with ``.finish()``), or None when this machine
-    cannot sample (psutil missing): the training goes on without."""
-    try:
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+def start_system_metrics(run_id: str, interval_s: float, *, tracking_uri: str | None = None) -> "SystemMetrics":
+    """Start MLflow's system-metrics monitor on the run: CPU, memory, disk, network, and GPUs when
+    ``nvidia-ml-py`` is installed, as ``system/...`` metrics every ``interval_s`` seconds, from a
+    thread of this process. Returns at once (stop with :meth:`SystemMetrics.stop`)."""
+    return SystemMetrics(run_id, interval_s, tracking_uri or _uri(None))
 
-        # resume_logging: a restarted attempt (or --resume) goes on after the steps already logged
-        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
-                                       tracking_uri=tracking_uri or _uri(None))
-        monitor.start()
-    except Exception as exc:  # noqa: BLE001 - system metrics are a nicety; the training is not
-        logger.warning("no system metrics for run %s: %s", run_id, exc)
-        return None
-    return monitor
+
+#: how long :meth:`SystemMetrics.stop` waits for the monitor's last write
+SYSTEM_METRICS_STOP_S = 5.0
+
+
+class SystemMetrics:
+    """MLflow's ``SystemMetricsMonitor``, never blocking the training.
+
+    The monitor talks to the tracking server when it is built (``resume_logging``: a restarted
+    attempt or ``--resume`` goes on after the steps already logged) and after every sample, and
+    MLflow's ``finish()`` joins its thread. With a server that stopped answering each call retries
+    for minutes, so here the monitor is built and started in a daemon thread, and :meth:`stop`
+    waits a bounded time; the samples not yet written are then lost, the run is not. A machine
+    that cannot sample (psutil missing) logs one warning and trains on.
+    """
+
+    def __init__(self, run_id: str, interval_s: float, tracking_uri: str):
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._monitor = None
+        threading.Thread(target=self._start, args=(run_id, interval_s, tracking_uri),
+                         name="dynlm-system-metrics-start", daemon=True).start()
+
+    def _start(self, run_id: str, interval_s: float, tracking_uri: str) -> None:
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
+                                           tracking_uri=tracking_uri)
+        except Exception as exc:  # noqa: BLE001 - system metrics are a nicety; the training is not
+            logger.warning("no system metrics for run %s: %s", run_id, exc)
+            return
+        with self._lock:
+            if not self._stopped:
+                monitor.start()
+                self._monitor = monitor
+
+    def stop(self, timeout_s: float = SYSTEM_METRICS_STOP_S) -> None:
+        """Stop sampling; write what was sampled if the server answers within ``timeout_s``."""
+        with self._lock:
+            self._stopped, monitor = True, self._monitor
+        if monitor is None:
+            return
+        done = threading.Event()
+
+        def finish() -> None:
+            try:
+                monitor.finish()
+            finally:
+                done.set()
+
+        threading.Thread(target=finish, name="dynlm-system-metrics-stop", daemon=True).start()
+        if not done.wait(timeout_s):
+            logger.warning("the system-metrics monitor did not stop within %.0f s (tracking server unreachable?); "
+                           "its last samples are not logged", timeout_s)
 
 
 #: the system metrics ``dynlm train`` summarizes at the end (MLflow's names)

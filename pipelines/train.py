@@ -319,7 +319,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
                       hooks=hooks, on_epoch=on_epoch, task=task)
     finally:
         if monitor is not None:
-            monitor.finish()
+            monitor.stop()  # bounded: the server may be gone
     if rank == 0:
         return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None

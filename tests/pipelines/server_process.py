@@ -29,8 +29,13 @@ def free_port() -> int:
 
 
 def server_env(**variables: str) -> dict[str, str]:
-    """This process's environment with the venv's ``bin`` first on PATH, plus ``variables``."""
-    return {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}", **variables}
+    """This process's environment with the venv's ``bin`` first on PATH, plus ``variables``.
+
+    ``mlflow server`` (3.x) also starts a pool of job-runner processes (huey consumers, for its
+    GenAI jobs and trace roll-ups), six or more Python processes that import MLflow at every server
+    start; dynlm uses none of it, so the test servers run without them."""
+    return {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **variables}
 
 
 def mlflow_server_argv(folder: Path, uri: str) -> list[str]:

@@ -396,3 +396,16 @@ def test_an_evaluation_is_a_run_linked_to_the_registered_version(tmp_path, mlflo
     assert client.get_run(again).data.tags["model_version"] == "1"
     by_run = tracking.log_evaluation(f"runs:/{trained}/model", task="lm", data="x", metrics=metrics, table="t")
     assert client.get_run(by_run).data.tags["model_run_id"] == trained
+
+
+def test_system_metrics_never_wait_for_a_server_that_is_gone():
+    """MLflow's monitor asks the server for the run's last step when it is built and for the run
+    after every sample; with the server gone each call retries for minutes, and MLflow's finish()
+    joins the thread. Starting and stopping it take bounded time instead (regression: a
+    tracking-server test's training hung 4 minutes at its end)."""
+    uri = f"http://127.0.0.1:{_port_nobody_listens_on()}"
+    started = time.monotonic()
+    metrics = tracking.start_system_metrics("0" * 32, 0.1, tracking_uri=uri)
+    time.sleep(0.3)
+    metrics.stop(timeout_s=1.0)
+    assert time.monotonic() - started < 3.0
