@@ -160,6 +160,37 @@ def ray_session():
     claim_address_file()  # Train's placement-group cleaner finds this cluster through it
     yield ray
     ray.shutdown()
+    _stop_ray_workers_left_after_shutdown()
+
+
+#: how long a Ray worker may take to exit after the session's ``ray.shutdown()``
+RAY_WORKER_EXIT_GRACE_S = 10.0
+
+
+def _stop_ray_workers_left_after_shutdown() -> None:
+    """SIGKILL the ``ray::*`` worker processes of this session still running
+    :data:`RAY_WORKER_EXIT_GRACE_S` after ``ray.shutdown()``, and say so as a warning (in the
+    run's warnings summary) instead of failing the run.
+
+    Seen once in a fresh-clone run (2026-12-07): the ``ray::TrainController`` of
+    ``test_worker_failure_restarts_from_checkpoint`` logged its core worker's complete shutdown
+    and then never exited (orphaned, parent 1) until the session-end check killed it. A Ray
+    worker hung in its interpreter's exit is Ray's, not a process a test forgot; anything else
+    left running (a server, a raylet, a test's own cluster) still fails the run.
+    """
+    import warnings
+
+    deadline = time.monotonic() + RAY_WORKER_EXIT_GRACE_S
+    while (left := [(pid, command) for pid, command in processes_of_this_session() if command.startswith("ray::")]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid, command in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        warnings.warn(f"a Ray worker still ran {RAY_WORKER_EXIT_GRACE_S:.0f} s after ray.shutdown() (killed now): "
+                      f"pid {pid}: {command[:200]}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")
