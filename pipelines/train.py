@@ -40,6 +40,7 @@ import json
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -238,6 +239,22 @@ def _report_epoch(record: dict, state: FitState, *, rank: int, core, optimizer, 
         ray.train.report(record, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{record['epoch']:04d}")
 
 
+@contextmanager
+def _system_metrics(rank: int, settings: WorkerSettings, job: JobConfig) -> Iterator[None]:
+    """On rank 0 of a tracked run: MLflow's system metrics while the block runs (``run.system_metrics_s``)."""
+    if rank != 0 or not settings.mlflow_run_id or job.run.system_metrics_s <= 0:
+        yield
+        return
+    from pipelines import tracking
+
+    monitor = tracking.start_system_metrics(settings.mlflow_run_id, job.run.system_metrics_s,
+                                            tracking_uri=settings.tracking_uri)
+    try:
+        yield
+    finally:
+        monitor.stop()  # bounded: the server may be gone
+
+
 def train_fn_per_worker(config: dict) -> dict | None:
     """One DDP rank of a Ray Train V2 run (``train_loop_config`` = :class:`WorkerSettings` dict):
     restore, run :func:`dynlm.training.fit` on this rank's shard, report every epoch.
@@ -308,18 +325,9 @@ def train_fn_per_worker(config: dict) -> dict | None:
     hooks = FitHooks(rank=rank, spec=spec, restore_best=False, on_epoch_start=progress.start_epoch,
                      autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
                      after_step=after_step)
-    monitor = None
-    if rank == 0 and settings.mlflow_run_id and job.run.system_metrics_s > 0:
-        from pipelines import tracking
-
-        monitor = tracking.start_system_metrics(settings.mlflow_run_id, job.run.system_metrics_s,
-                                                tracking_uri=settings.tracking_uri)
-    try:
+    with _system_metrics(rank, settings, job):
         summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
                       hooks=hooks, on_epoch=on_epoch, task=task)
-    finally:
-        if monitor is not None:
-            monitor.stop()  # bounded: the server may be gone
     if rank == 0:
         return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None
