@@ -11,13 +11,18 @@ setup:
 run: setup
 	$(VENV)/bin/dynlm run
 
-## The whole test suite (what CI runs): the linter, then both tiers; the 25 slowest tests are printed.
+## The whole test suite (what CI runs): the linter, then both tiers as two pytest processes at
+## once (scripts/run_tests.sh: the tests on the session's Ray beside all others); each prints
+## its 25 slowest tests. PYTEST_ARGS go to both.
 test: setup lint
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	@bash scripts/run_tests.sh $(PYTEST_ARGS)
+
+## pytest-xdist workers of `make test-fast`.
+PYTEST_WORKERS ?= 2
 
 ## The unit tier only (no Ray, no subprocess, no server): minutes, for every change.
 test-fast: setup
-	$(PY) -m pytest -q -m unit --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m unit -n $(PYTEST_WORKERS) --durations=10 $(PYTEST_ARGS)
 
 ## ruff, configured in pyproject.toml.
 lint: setup

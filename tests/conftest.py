@@ -49,6 +49,11 @@ ALLOWED_CALLERS = (f"{os.sep}torch{os.sep}_inductor{os.sep}", f"{os.sep}git{os.s
                    f"{os.sep}platform.py")
 # inductor compiles in this process, not in a pool of compile workers that would outlive a test
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("DYNLM_TEST_STREAM"):
+    # Two pytest processes on 2 cores (`make test-fast`'s xdist workers, `make test`'s streams):
+    # torch's OpenMP threads of one spin while the other runs; the unit tier took 2 min 41 s in
+    # two workers of 2 threads each, 57 s with one thread each, 1 min 22 s in one process.
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,6 +61,8 @@ def pytest_collection_modifyitems(config, items):
         uses = E2E_FIXTURES.intersection(getattr(item, "fixturenames", ()))
         item.add_marker(pytest.mark.e2e if uses else pytest.mark.unit)
         item.user_properties.append(("tier", "e2e" if uses else "unit"))
+        if "ray_session" in item.fixturenames:  # scripts/run_tests.sh runs these beside the others
+            item.add_marker(pytest.mark.session_ray)
 
 
 _started: list[str] = []  # commands started since the current test began (audit hook below)

@@ -25,6 +25,9 @@ def test_the_session_check_sees_a_child_and_its_grandchild_until_they_are_stoppe
     parent = processes.popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
                              env={"PATH": "/usr/bin:/bin"})  # a hand-made environment: still marked
     grandchild = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10  # a process in the middle of its exec has no readable environ yet
+    while not {parent.pid, grandchild} <= _pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert {parent.pid, grandchild} <= _pids()
     processes.stop_all()  # what the fixture does at teardown
     parent.stdout.close()
