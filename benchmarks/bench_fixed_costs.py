@@ -1,7 +1,7 @@
 """Fixed costs of a small pipeline run: what a 24-document test (or a user's first try) pays.
 
 Prints, in one run on one local Ray:
-  prepare   the prepare job twice per word-count shuffle (``pipelines.prepare.COUNT_SHUFFLE``:
+  prepare   the prepare job twice per word-count shuffle (``pipelines.prepare.SHUFFLE``:
             Ray 2.60's default hash shuffle, which starts aggregator actors, against the
             pull-based sort shuffle on pooled task workers): wall and the count-and-fit stage;
   train     ``run_training`` (2 workers, 3 epochs) with the train split streamed every epoch
@@ -195,7 +195,7 @@ def main() -> None:
     prepared = None
     merges = 30
     for shuffle in SHUFFLES:
-        prepare_module.COUNT_SHUFFLE = shuffle
+        prepare_module.SHUFFLE = shuffle
         for attempt in (1, 2):
             merges += 1  # another folder every time: nothing reused
             job = job_for(inputs, folder, f"data.bpe_merges={merges}")

@@ -127,7 +127,7 @@ def prepare(task: NamingTask, args: argparse.Namespace) -> tuple[PreparedInMemor
     seconds = time.perf_counter() - started
     splits = done.splits
     meta = done.parsed.drop_columns(list(task.payload_columns))
-    summary = task.summarize(meta, done.tables, done.preprocessor)  # files per split, unseen names, vocab sizes
+    summary = task.summarize(meta, task.split_stats(done.tables, done.preprocessor.spec), done.preprocessor)  # files per split, unseen names, vocab sizes
     records = meta.to_pylist()
     counts = {
         "input_files": len(all_files), "files_read": len(files), "files": summary["files"],

@@ -26,8 +26,9 @@ KILL_PID_ENV = "DYNLM_KILL_PID"
 # point -> where it is (the call sites name these strings; a test that names another one fails)
 KILL_POINTS = {
     "prepare:parsed": "the inputs are read and parsed, nothing is encoded (pipelines/prepare.py)",
-    "prepare:encoding": "the first encoded batch reached the driver; the Ray Data job is running",
-    "prepare:writing": "the first Parquet shard is in the build's temporary folder",
+    "prepare:encoding": "the preprocessor is fitted; the Ray Data job that encodes and writes the "
+                        "shards is defined, not yet started (pipelines/prepare.py)",
+    "prepare:writing": "a worker wrote the first Parquet shard into the folder being built",
     "prepare:uploading": "the first file of the folder is in the object store, manifest.json is not",
     "train:checkpoint_committed": "rank 0, first step after Ray Train committed the previous "
                                   "epoch's checkpoint (pipelines/train.py)",

@@ -8,7 +8,14 @@ Stages (one Ray Dataset flows through them; the text never comes back to the dri
     map_batches(task.count_train).groupby("word").sum("count")      counts of the TRAIN split
     --- driver: task.fit_preprocessor(counts), unless a fitted preprocessor is given ---
     map_batches(task.encoder, ActorPoolStrategy)        each actor loads the preprocessor JSON once
-    --- driver: encoded rows streamed back, sorted by doc_id per split, written ---
+    map_batches(add_shard_column)                       a document's shard: a hash of its doc_id
+    groupby(["split", "shard"]).map_groups(write_group) each shard sorted by doc_id and written by
+                                                        a worker, straight into the folder (local
+                                                        or s3://...): one small row per shard back
+    --- driver: the preprocessor, the quarantine, the manifest (written last: the folder is complete) ---
+
+What the driver holds: one metadata row per record (doc_id, split, counts; no text), the word
+counts of the train split, one row per shard. Nothing that grows with the tokens of a document.
 
 Everything around the job (the folder key, reuse, gamma derivation, the atomic publish, the
 files written) is Ray-free and shared with the in-process path: :mod:`dynlm.data.publish`,
@@ -24,14 +31,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from dynlm import faults
+from dynlm import faults, storage
 from dynlm.data import prepared_writer as writer
 from dynlm.data.prepared import PreparedData
 from dynlm.data.publish import PreparedDataMissing, QuarantineError, prepare_folder
 from dynlm.tasks import DEFAULT_TASK, Task, get_task
 
 DOCS_PER_BLOCK = 32  # Ray Data block size after parsing (spreads one big file over the actors)
-COUNT_SHUFFLE = "sort_shuffle_pull_based"  # ray.data ShuffleStrategy of the word-count groupby
+SHUFFLE = "sort_shuffle_pull_based"  # ray.data ShuffleStrategy of the word counts' and the shards' groupby
 
 __all__ = ["PreparedDataMissing", "QuarantineError", "prepare"]
 
@@ -39,7 +46,7 @@ __all__ = ["PreparedDataMissing", "QuarantineError", "prepare"]
 def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
     """Counts of the train split: per-batch ``task.count_train``, then a Ray Data groupby-sum.
 
-    The groupby runs as a pull-based sort shuffle (:data:`COUNT_SHUFFLE`: tasks on Ray's pooled
+    The groupby runs as a pull-based sort shuffle (:data:`SHUFFLE`: tasks on Ray's pooled
     workers). Ray 2.60's default hash shuffle starts aggregator actors, new processes, for every
     groupby: seconds of fixed cost per prepare (``benchmarks/bench_fixed_costs.py`` compares them).
     """
@@ -48,7 +55,7 @@ def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
     num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
     counted = parsed.map_batches(task.count_train, batch_format="pyarrow", batch_size=None)
     # this dataset's DataContext (a copy made at read time, shared with its parent), not the process's
-    counted.context.shuffle_strategy = ShuffleStrategy(COUNT_SHUFFLE)
+    counted.context.shuffle_strategy = ShuffleStrategy(SHUFFLE)
     counts: dict[str, int] = {}
     for batch in counted.groupby("word", num_partitions=num_partitions).sum("count").iter_batches(
             batch_format="pyarrow", batch_size=None):
@@ -56,15 +63,9 @@ def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
     return counts
 
 
-def _kill_after_first(batches):
-    """``batches``, with the ``prepare:encoding`` kill point after the first (:mod:`dynlm.faults`)."""
-    for index, batch in enumerate(batches):
-        yield batch
-        if index == 0:
-            faults.kill_point("prepare:encoding")
+def _run_job(task: Task, cfg, out: Path, shard_root: str, preprocessor: Any | None, ray) -> dict:
+    from ray.data.context import ShuffleStrategy
 
-
-def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -81,7 +82,7 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
         ray.data.read_binary_files(files, include_paths=True)
         .map_batches(task.parse_files, batch_format="pyarrow", batch_size=1, fn_kwargs={"cfg_dict": resolved.to_dict()})
         .repartition(target_num_rows_per_block=DOCS_PER_BLOCK)
-        .materialize()
+        .materialize()  # in the object store (spilled to disk when it is full), read twice below
     )
     tables = list(parsed.drop_columns(list(task.payload_columns)).iter_batches(batch_format="pyarrow", batch_size=None))
     meta = pa.concat_tables(tables) if tables else None  # one small row per record, no text
@@ -95,14 +96,22 @@ def _run_job(task: Task, cfg, out: Path, preprocessor: Any | None, ray) -> dict:
     if preprocessor is None:
         preprocessor, source = task.fit_preprocessor(_train_counts(task, parsed, ray), cfg), "fit on the train split"
         lap("count_and_fit")
+    filesystem, shard_path = storage.resolve(shard_root)  # pickled to the workers with its settings
     encoded = parsed.map_batches(
         task.encoder, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
         compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None)
-    splits = writer.by_split(_kill_after_first(encoded.iter_batches(batch_format="pyarrow", batch_size=None)),
-                             task.encoded_schema)
-    lap("encode")
-    manifest = writer.write_folder(out, task, cfg, meta, splits, preprocessor, rule=rule, preprocessor_source=source)
-    lap("write")
+    keyed = encoded.map_batches(writer.add_shard_column, fn_kwargs={"shards": writer.shards_per_split(meta)},
+                                batch_format="pyarrow", batch_size=None)
+    keyed.context.shuffle_strategy = ShuffleStrategy(SHUFFLE)
+    written = keyed.groupby(["split", "shard"]).map_groups(
+        writer.write_group, batch_format="pyarrow",
+        fn_kwargs={"root": shard_path, "filesystem": filesystem, "task": task, "spec": preprocessor.spec})
+    faults.kill_point("prepare:encoding")
+    rows = [row for batch in written.iter_batches(batch_format="pyarrow", batch_size=None) for row in batch.to_pylist()]
+    lap("encode_write")
+    manifest = writer.finish_folder(out, shard_path, task, cfg, meta, rows, preprocessor, rule=rule,
+                                    preprocessor_source=source, filesystem=filesystem)
+    lap("finish")
     return {**manifest, "timings_s": timings}
 
 
@@ -110,8 +119,9 @@ def prepare(cfg, *, task: Task | str = DEFAULT_TASK, preprocessor: Any | None = 
             progress: bool = True, build: bool = True) -> PreparedData:
     """Prepare (or reuse) the folder of ``cfg`` under ``cfg.output_root`` with Ray Data.
 
-    ``cfg.output_root`` is a local folder or a filesystem URI (``s3://...``); the driver writes
-    it (Ray workers only read the inputs), so the driver needs the store's credentials.
+    ``cfg.output_root`` is a local folder or a filesystem URI (``s3://...``). Ray workers write
+    the shards (a local folder must be one every node sees), the driver the small files; both
+    need the store's credentials (the filesystem's settings, e.g. its endpoint, go with the job).
 
     Args:
         cfg: the task's data config.
@@ -128,7 +138,7 @@ def prepare(cfg, *, task: Task | str = DEFAULT_TASK, preprocessor: Any | None = 
     """
     task = get_task(task) if isinstance(task, str) else task
 
-    def build_with_ray(out: Path) -> dict:
+    def build_with_ray(out: Path, shard_root: str) -> dict:
         import ray
 
         from pipelines.ray_env import init_ray
@@ -137,7 +147,7 @@ def prepare(cfg, *, task: Task | str = DEFAULT_TASK, preprocessor: Any | None = 
         context = ray.data.DataContext.get_current()
         previous, context.enable_progress_bars = context.enable_progress_bars, progress
         try:
-            return _run_job(task, cfg, out, preprocessor, ray)
+            return _run_job(task, cfg, out, shard_root, preprocessor, ray)
         finally:
             context.enable_progress_bars = previous
 

@@ -758,13 +758,17 @@ class TrainedButNotTracked(TrackingServerUnreachable):
     when its MLflow run was to be closed: nothing is lost, ``--resume`` logs and registers it."""
 
 
+#: OSErrors about a local file: a bug or a missing checkpoint, never a tracking server that is down
+LOCAL_FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def server_down_reason(exc: BaseException) -> str | None:
     """Why ``exc`` means the tracking server does not answer (one line), or None when it is
     another error (a bad request, a missing run: those are not retried)."""
     if isinstance(exc, TrackingServerUnreachable):
         return str(exc)
-    if isinstance(exc, OSError):  # requests' ConnectionError and Timeout are OSErrors
-        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError) and not isinstance(exc, LOCAL_FILE_ERRORS):  # requests' ConnectionError and
+        return f"{type(exc).__name__}: {exc}"  # Timeout are OSErrors; a missing local file is not the server
     if isinstance(exc, MlflowException) and ("Max retries exceeded" in str(exc) or "Connection" in str(exc)):
         return str(exc).splitlines()[0][:300]
     return None

@@ -13,11 +13,12 @@ reads the Parquet files; nothing is loaded whole on the driver). A train split t
 new read (seconds per epoch on a small corpus). One row is one document, so a
 document never straddles two ranks. Rows are buffered ``SORT_BUFFER_BATCHES`` batches at a time
 and grouped by length (:func:`dynlm.data.batching.batch_documents`); the padding waste is
-reported per epoch. ``valid`` is small and not a Ray Dataset (three concurrent Ray Data
-executions starve each other on a 2-CPU machine): every rank streams the valid Parquet files
-with pyarrow and evaluates the rows ``index % world_size == rank``, then NLL sums and counts
-are all-reduced, so every rank reports the same perplexities and no validation document is
-dropped. (The prepared folder must be on storage every node reads, like storage_path.)
+reported per epoch. ``valid`` is a Ray Dataset too, not split (``DataConfig(datasets_to_split=
+["train"])``), read in file order and cached beside the train split: every rank iterates it and
+evaluates the rows ``index % world_size == rank``, then NLL sums and counts are all-reduced, so
+every rank reports the same perplexities, no validation document is dropped, and the result does
+not depend on the number of workers. No rank opens a file the driver named: the nodes need to
+share only the object store (and ``storage_path`` for checkpoints).
 
 Uneven inputs. Ranks get different numbers of batches, and a batch of long documents has more
 truncated-BPTT chunks than one of short documents. The loop (:func:`dynlm.training.fit`, the
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import pyarrow.fs as pafs
 import torch
 
 from dynlm import checkpoint as dynlm_checkpoint
@@ -290,7 +292,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
     node_ids = ",".join(all_gather_strings(ray.get_runtime_context().get_node_id()))
     batch_size = per_worker_batch_size(cfg.batch_size, world)
     buffer_rows = batch_size * SORT_BUFFER_BATCHES
-    train_shard = ray.train.get_dataset_shard("train")
+    train_shard, valid_data = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("valid")
     layout = task.batch_layout(cfg, job.model)  # the LM: sentence lockstep or chunks of train.bptt_tokens
 
     def train_batches(epoch: int):
@@ -299,8 +301,8 @@ def train_fn_per_worker(config: dict) -> dict | None:
 
     valid_layout = task.evaluation_layout(job.model) or layout  # the dynamical LM: segments (batch-independent)
 
-    def valid_batches():  # small: every rank streams it and evaluates its rows (no Ray Dataset)
-        rows = (row for i, row in enumerate(prepared.iter_rows("valid")) if i % world == rank)
+    def valid_batches():  # every rank iterates the whole (small) split and evaluates its rows
+        rows = (row for i, row in enumerate(_shard_rows(valid_data, buffer_rows)) if i % world == rank)
         return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=valid_layout)
 
     def on_epoch(epoch: int, record: dict) -> None:
@@ -403,14 +405,17 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
         from ray.tune.integration.ray_train import TuneReportCallback
 
         callbacks.append(TuneReportCallback())
-    # local paths or URIs; the filesystem carries the store's settings (endpoint, region)
-    train_data = ray.data.read_parquet([str(p) for p in prepared.files("train")], filesystem=prepared.filesystem)
-    train_data.context.enable_progress_bars = False  # one bar per worker per epoch is noise
-    if caches_train_split(run, prepared):
-        train_data = train_data.materialize()
+    datasets = {}
+    for split in ("train", "valid"):
+        # local paths or URIs; the filesystem carries the store's settings (endpoint, region)
+        data = ray.data.read_parquet([str(p) for p in prepared.files(split)], filesystem=prepared.filesystem)
+        data.context.enable_progress_bars = False  # one bar per worker per epoch is noise
+        data.context.execution_options.preserve_order = True  # valid: every rank sees one order
+        datasets[split] = data
+    if caches_train_split(run, prepared):  # valid is smaller: cached with it
+        datasets = {split: data.materialize() for split, data in datasets.items()}
+    # CPUs only: use_gpu=True already gives each worker one GPU (a "GPU" key here asked twice)
     resources = {"CPU": run.cpus_per_worker}
-    if run.use_gpu:
-        resources["GPU"] = 1
     return TorchTrainer(
         train_fn_per_worker,
         train_loop_config=settings.to_dict(),
@@ -425,8 +430,8 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
             failure_config=ray.train.FailureConfig(max_failures=run.max_failures),
             callbacks=callbacks,
         ),
-        datasets={"train": train_data},
-        dataset_config=ray.train.DataConfig(execution_options=options),
+        datasets=datasets,
+        dataset_config=ray.train.DataConfig(datasets_to_split=["train"], execution_options=options),
     )
 
 
@@ -599,9 +604,9 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     best = min(result.best_checkpoints or [], key=lambda item: item[1]["valid_objective"], default=None)
     if best is None:
         raise RuntimeError(f"run {name!r} reported no checkpoint")
-    best_dir = best[0].path  # local storage: a folder; remote storage: download it first
-    if storage.is_uri(best_dir):
-        best_dir = best[0].to_directory()
+    checkpoint = best[0]  # its path is inside its filesystem: a local folder, or a key of an object store
+    local = isinstance(checkpoint.filesystem, pafs.LocalFileSystem)
+    best_dir = checkpoint.path if local else checkpoint.to_directory()  # remote: downloaded first
     version = _close_run(job, name, run_dir, run_id, uri, best, history, prepared, best_dir)
     return TrainingResult(run_id=run_id, best_checkpoint_dir=str(best_dir), best_valid_objective=best[1]["valid_objective"],
                           metrics=dict(best[1]), epochs=len(history), model_version=version, history=history,

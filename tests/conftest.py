@@ -153,8 +153,9 @@ def _seed():
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray cluster (2 CPUs) shared by every Ray test of the session."""
+def ray_session(moto_s3_endpoint):
+    """A local Ray cluster (2 CPUs) shared by every Ray test of the session (its workers see the
+    session's moto S3 server: ``moto_s3_endpoint``)."""
     import ray
 
     from pipelines.ray_env import claim_address_file, export_local_ray_env
@@ -222,30 +223,52 @@ def mlflow_uri(tmp_path, monkeypatch, empty_mlflow_db):
     return uri
 
 
-@pytest.fixture
-def s3_bucket(monkeypatch):
-    """A moto S3 server on 127.0.0.1 (a thread of this process) with a new, empty bucket; yields
-    ``s3://<bucket>/prepared``.
+@pytest.fixture(scope="session")
+def moto_s3_endpoint():
+    """A moto S3 server on 127.0.0.1 for the whole session (a thread of this process); its
+    endpoint, or None without the dev extra (moto[server]).
 
-    The bucket's name is new for every test: moto keeps its buckets in process-global state,
-    which outlives one server, so a fixed name would show a later test what an earlier one wrote.
-
-    pyarrow reaches it through the AWS environment variables (set for this test only). Skipped
-    without the dev extra (moto[server]).
+    pyarrow and boto3 reach it through the AWS environment variables, set in ``os.environ`` for
+    the session before the session's Ray starts (``ray_session`` uses this fixture): Ray workers
+    inherit them and write the shards of an ``s3://`` prepared folder as a cluster's nodes would
+    with their own credentials.
     """
-    server_module = pytest.importorskip("moto.server", reason="moto[server] not installed (dev extra)")
-    boto3 = pytest.importorskip("boto3")
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        yield None
+        return
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
-        monkeypatch.setenv(key, value)
+    settings = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    previous = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    yield settings["AWS_ENDPOINT_URL"]
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_s3_endpoint):
+    """A new, empty bucket of the session's moto S3 server; yields ``s3://<bucket>/prepared``.
+
+    The bucket's name is new for every test: moto keeps its buckets in process-global state, so
+    a fixed name would show a later test what an earlier one wrote. Skipped without the dev
+    extra (moto[server]).
+    """
+    if moto_s3_endpoint is None:
+        pytest.skip("moto[server] not installed (dev extra)")
+    import boto3
+
     bucket = f"dynlm-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=bucket)
     yield f"s3://{bucket}/prepared"
-    server.stop()
 
 
 def _shared(name: str) -> Path:

@@ -1,12 +1,19 @@
 """What a prepared folder contains, written from a task's stage outputs (no Ray).
 
 The Ray Data job (``pipelines/prepare.py``) and the in-process path
-(:func:`dynlm.tasks.local.prepare_local`) both end here, so they write the same files::
+(:func:`dynlm.tasks.local.prepare_local`) both write with these functions, so they write the
+same files::
 
-    <folder>/train|valid|test/part-NNNNN.parquet   the task's encoded_schema, sorted by doc_id
+    <folder>/train|valid|test/part-NNNNN.parquet   the task's encoded_schema: shard NNNNN of the
+                                                   split, its documents sorted by doc_id
     <folder>/quarantine/part-00000.parquet         QUARANTINE_SCHEMA (source_file, doc_id, line, reason)
     <folder>/preprocessor.json                     the task's preprocessor
     <folder>/manifest.json                         written last by dynlm.data.publish
+
+A document's shard is a hash of its id modulo the split's shard count (:func:`shard_indices`,
+:func:`shards_per_split`), so a shard is written by the worker that holds its documents
+(:func:`write_group`) and no step gathers or sorts a whole split: the Ray job's driver only
+sees one small row per shard. Same input, same files, byte for byte, on any cluster.
 
 The checks every prepare runs on the parsed records are here too: some document was read, no
 doc_id twice, one split rule for all input files.
@@ -14,12 +21,18 @@ doc_id twice, one split rule for all input files.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import posixpath
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dynlm import faults, storage
@@ -28,7 +41,7 @@ from dynlm.data.split import check_split_rule
 from dynlm.tasks import task_ref
 
 SPLITS = ("train", "valid", "test")
-ROWS_PER_SHARD = 256  # documents per Parquet file (fixed: part of the byte-identical output)
+ROWS_PER_SHARD = 256  # documents per Parquet file on average (fixed: part of the byte-identical output)
 ROW_GROUP_SIZE = 64  # documents per Parquet row group
 PREPROCESSOR_FILE = "preprocessor.json"
 
@@ -102,7 +115,8 @@ def split_rule(meta: pa.Table, resolved, *, require_train: bool = True) -> str:
 
 
 def by_split(encoded: Iterable[pa.Table], schema: pa.Schema) -> dict[str, pa.Table]:
-    """Encoded batches (``schema`` + a ``split`` column) -> one table per split, sorted by doc_id."""
+    """Encoded batches (``schema`` + a ``split`` column) -> one table per split, sorted by doc_id
+    (the in-process path, which holds its small input in memory anyway)."""
     parts: dict[str, list[pa.Table]] = defaultdict(list)
     for batch in encoded:
         for split in SPLITS:
@@ -113,37 +127,114 @@ def by_split(encoded: Iterable[pa.Table], schema: pa.Schema) -> dict[str, pa.Tab
             .sort_by([("doc_id", "ascending")]) for split in SPLITS}
 
 
-def write_shards(table: pa.Table, folder: Path, schema: pa.Schema, rows_per_shard: int = ROWS_PER_SHARD) -> list[str]:
-    """Write ``table`` as ``part-00000.parquet``, ... (at least one file, maybe empty)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names = []
-    for index, start in enumerate(range(0, max(table.num_rows, 1), rows_per_shard)):
-        part = table.slice(start, rows_per_shard).cast(schema).combine_chunks()
-        name = f"part-{index:05d}.parquet"
-        pq.write_table(part, folder / name, row_group_size=ROW_GROUP_SIZE, compression="zstd",
-                       use_dictionary=False, write_statistics=True)
-        names.append(f"{folder.name}/{name}")
-        faults.kill_point("prepare:writing")
-    return names
+# --- shards: each one written where its documents are, by whoever holds them -----------------
 
 
-def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Table], preprocessor, *,
-                 rule: str, preprocessor_source: str) -> dict:
-    """Write the shards, quarantine and preprocessor of a prepare into ``out``; the manifest
-    (returned, written by the publisher) has the task's counts and what the key covers."""
+def shards_per_split(meta: pa.Table) -> dict[str, int]:
+    """How many shards each split gets: its documents / :data:`ROWS_PER_SHARD`, at least one.
+    From the parsed records' metadata, so it is fixed by the input before anything is encoded."""
+    documents = meta.filter(pc.equal(meta["kind"], "document"))
+    counts = {split: int(pc.sum(pc.equal(documents["split"], split)).as_py() or 0) for split in SPLITS}
+    return {split: max(1, math.ceil(count / ROWS_PER_SHARD)) for split, count in counts.items()}
+
+
+def shard_indices(doc_ids: Iterable[str], num_shards: int) -> np.ndarray:
+    """The shard of each document: the first 8 bytes of the SHA-1 of its id, modulo
+    ``num_shards``. A worker computes it from the id alone: no step needs a whole split in one
+    place, and the same input gives the same shards on any cluster."""
+    return np.fromiter((int.from_bytes(hashlib.sha1(doc_id.encode("utf-8")).digest()[:8], "big") % num_shards
+                        for doc_id in doc_ids), dtype=np.int64)
+
+
+def add_shard_column(batch: pa.Table, shards: dict[str, int]) -> pa.Table:
+    """``batch`` (encoded rows with their ``split``) with the ``shard`` column each row goes to."""
+    index = np.zeros(batch.num_rows, dtype=np.int64)
+    splits = batch["split"].to_numpy(zero_copy_only=False)
+    doc_ids = batch["doc_id"].to_pylist()
+    for split, num_shards in shards.items():
+        rows = np.flatnonzero(splits == split)
+        if rows.size:
+            index[rows] = shard_indices((doc_ids[i] for i in rows), num_shards)
+    return batch.append_column("shard", pa.array(index, pa.int64()))
+
+
+def shard_name(split: str, index: int) -> str:
+    """``<split>/part-NNNNN.parquet``: the file of shard ``index`` of ``split``."""
+    return f"{split}/part-{index:05d}.parquet"
+
+
+def write_parquet(table: pa.Table, root: str, name: str, schema: pa.Schema,
+                  filesystem: pafs.FileSystem | None = None) -> None:
+    """Write ``table`` as ``<root>/<name>`` (``root``: a local folder or a URI, or a path inside
+    ``filesystem``) with the fixed layout that makes a folder byte-identical across runs."""
+    filesystem, base = storage.resolve(root, filesystem)
+    path = f"{base}/{name}"
+    filesystem.create_dir(posixpath.dirname(path), recursive=True)
+    pq.write_table(table.cast(schema).combine_chunks(), path, filesystem=filesystem, row_group_size=ROW_GROUP_SIZE,
+                   compression="zstd", use_dictionary=False, write_statistics=True)
+
+
+def write_group(group: pa.Table, *, root: str, filesystem: pafs.FileSystem | None, task, spec) -> pa.Table:
+    """Write the rows of one shard (one ``split`` and ``shard`` value), sorted by doc_id, and
+    return what the driver keeps of it: one row of split, file name, documents and the task's
+    :meth:`~dynlm.tasks.base.Task.shard_stats` (JSON). The Ray job runs it per group
+    (``groupby(["split", "shard"]).map_groups``), the in-process path per shard too."""
+    split, index = group["split"][0].as_py(), int(group["shard"][0].as_py())
+    rows = group.drop_columns(["split", "shard"]).sort_by([("doc_id", "ascending")])
+    name = shard_name(split, index)
+    write_parquet(rows, root, name, task.encoded_schema, filesystem)
+    faults.kill_point("prepare:writing")
+    stats = {"documents": rows.num_rows, **task.shard_stats(rows, spec)}
+    return pa.table({"split": [split], "name": [name], "stats": [json.dumps(stats, sort_keys=True)]})
+
+
+def write_split_tables(splits: dict[str, pa.Table], shards: dict[str, int], root: str, task, spec) -> list[dict]:
+    """The in-process path's shards: :func:`write_group` on each shard of each split's table."""
+    written = []
+    for split in SPLITS:
+        table = splits[split]
+        if not table.num_rows:
+            continue
+        keyed = add_shard_column(table.append_column("split", pa.array([split] * table.num_rows, pa.string())),
+                                 {split: shards[split]})
+        keys = keyed["shard"].to_numpy()
+        for index in sorted(set(keys.tolist())):
+            group = keyed.filter(pa.array(keys == index))
+            written.extend(write_group(group, root=root, filesystem=None, task=task, spec=spec).to_pylist())
+    return written
+
+
+def finish_folder(out: Path, shard_root: str, task, cfg, meta: pa.Table, written: list[dict], preprocessor, *,
+                  rule: str, preprocessor_source: str, filesystem: pafs.FileSystem | None = None) -> dict:
+    """After the shards are written (:func:`write_group` rows in ``written``): an empty shard
+    for a split without documents, then the preprocessor and quarantine into ``out`` (the
+    driver's local folder); returns the manifest (written last, by the publisher), with the
+    task's counts from the per-shard stats."""
     (out / PREPROCESSOR_FILE).write_text(preprocessor.to_json(), encoding="utf-8")
-    files = {split: write_shards(splits[split], out / split, task.encoded_schema) for split in SPLITS}
+    files: dict[str, list[str]] = {split: [] for split in SPLITS}
+    stats: dict[str, dict[str, int]] = {split: {"documents": 0} for split in SPLITS}
+    for row in written:
+        files[row["split"]].append(row["name"])
+        for key, value in json.loads(row["stats"]).items():
+            stats[row["split"]][key] = stats[row["split"]].get(key, 0) + value
+    for split in SPLITS:
+        if not files[split]:  # every split has a file, maybe empty
+            write_parquet(task.encoded_schema.empty_table(), shard_root, shard_name(split, 0), task.encoded_schema,
+                          filesystem)
+            files[split].append(shard_name(split, 0))
+        files[split].sort()
     quarantine = meta.filter(pc.equal(meta["kind"], "quarantine")).select(
         ["source_file", "doc_id", "line", "reason"]).sort_by(
         [("source_file", "ascending"), ("line", "ascending"), ("doc_id", "ascending"), ("reason", "ascending")])
-    files["quarantine"] = write_shards(quarantine, out / "quarantine", QUARANTINE_SCHEMA, max(1, quarantine.num_rows))
+    write_parquet(quarantine, str(out), "quarantine/part-00000.parquet", QUARANTINE_SCHEMA)
+    files["quarantine"] = ["quarantine/part-00000.parquet"]
     return {
         "task": task_ref(task),
         "config": cfg.to_dict(),
         "config_hash": cfg.data_hash(),
         "encoding_hash": cfg.encoding_hash(),
         "inputs": cfg.input_listing(),  # [name, size, digest] per file: what the key covers
-        "counts": task.summarize(meta, splits, preprocessor),
+        "counts": task.summarize(meta, stats, preprocessor),
         "split_rule": rule,
         "preprocessor": PREPROCESSOR_FILE,
         "preprocessor_source": preprocessor_source,
@@ -151,6 +242,15 @@ def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Tabl
         "quarantine": "quarantine",
         "files": files,
     }
+
+
+def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Table], preprocessor, *,
+                 rule: str, preprocessor_source: str) -> dict:
+    """The in-process path: the shards of ``splits`` (whole tables) into ``out``, then
+    :func:`finish_folder`. The same files as the Ray job's (tested)."""
+    written = write_split_tables(splits, shards_per_split(meta), str(out), task, preprocessor.spec)
+    return finish_folder(out, str(out), task, cfg, meta, written, preprocessor, rule=rule,
+                         preprocessor_source=preprocessor_source)
 
 
 def format_summary(task, counts: dict, rule: str) -> str:

@@ -12,8 +12,9 @@ is given (new documents encoded with a champion's vocabulary).
 
 * local: built in a temporary sibling folder and renamed into place under a file lock, so
   concurrent callers build it once;
-* URI: built in a local temporary folder, then uploaded with ``manifest.json`` last (object
-  stores have neither rename nor lock; see :func:`_publish_uri` for why a race is harmless).
+* URI: the shards written in place by the Ray workers that hold them, then the small files
+  uploaded from a local temporary folder, ``manifest.json`` last (object stores have neither
+  rename nor lock; see :func:`_publish_uri` for why a race is harmless).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ from dynlm.data.prepared_writer import PREPROCESSOR_FILE, format_summary
 # share(sibling, name): put the sibling's shard ``name`` (e.g. "train/part-00000.parquet") into
 # the folder being published (a hard link in the local temporary folder, or a server-side copy).
 Share = Callable[[PreparedData, str], None]
-# build(out) -> manifest: run the task's stages and write_folder into the empty local folder out.
-Build = Callable[[Path], dict]
+# build(out, shard_root) -> manifest: run the task's stages; the shards go to shard_root (the
+# folder being published: the local temporary folder, or the URI itself), the small files
+# (preprocessor, quarantine) into the empty local folder out.
+Build = Callable[[Path, str], dict]
+# make(out, shard_root, share) -> manifest: what publish() calls (build, or derive from a sibling).
+Make = Callable[[Path, str, Share], dict]
 
 
 class QuarantineError(RuntimeError):
@@ -123,7 +128,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | None:
+def _publish_local(final: Path, make: Make) -> dict | None:
     """Build into a temporary sibling folder of ``final``, then rename it into place, under a
     file lock: concurrent callers build it once. None when it was complete (a concurrent build).
     A temporary folder of ``final`` found under the lock is a killed build's and is removed."""
@@ -135,7 +140,7 @@ def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | N
         tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:
-            manifest = make(tmp, lambda sibling, name: _link_or_copy(sibling.root / name, tmp / name))
+            manifest = make(tmp, str(tmp), lambda sibling, name: _link_or_copy(sibling.root / name, tmp / name))
             _write_manifest(tmp, manifest)
             if final.exists():  # an incomplete folder (no manifest) left by hand: replace it
                 shutil.rmtree(final)
@@ -146,8 +151,9 @@ def _publish_local(final: Path, make: Callable[[Path, Share], dict]) -> dict | N
     return manifest
 
 
-def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None:
-    """Build into a local temporary folder, then upload it to ``final`` (a URI), manifest.json last.
+def _publish_uri(final: str, make: Make) -> dict | None:
+    """Write the shards straight into ``final`` (a URI: the Ray workers that hold them), the small
+    files into a local temporary folder, then upload those, manifest.json last.
 
     Object stores have no rename and no lock. Readers treat a folder without manifest.json as
     incomplete, and the manifest is uploaded only after every other file, so nobody reads a
@@ -165,7 +171,7 @@ def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None
 
     with tempfile.TemporaryDirectory(prefix="dynlm-prepare-") as tmp:
         out = Path(tmp)
-        manifest = make(out, share)
+        manifest = make(out, final.rstrip("/"), share)
         _write_manifest(out, manifest)
         files = sorted((p for p in out.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, p))
         for local in files:  # manifest.json last: it marks the folder complete
@@ -176,11 +182,12 @@ def _publish_uri(final: str, make: Callable[[Path, Share], dict]) -> dict | None
     return manifest
 
 
-def publish(final: Path | str, make: Callable[[Path, Share], dict]) -> dict | None:
+def publish(final: Path | str, make: Make) -> dict | None:
     """Write the prepared folder ``final`` (a local Path or a URI string) once.
 
-    ``make(out, share)`` writes the files into ``out`` (an empty local folder) and returns the
-    manifest; ``share`` puts an existing folder's shard into ``final`` without copying it through
+    ``make(out, shard_root, share)`` writes the shards into ``shard_root`` (the temporary
+    folder of a local ``final``, ``final`` itself for a URI), the small files into ``out`` (an
+    empty local folder), and returns the manifest; ``share`` puts an existing folder's shard into ``final`` without copying it through
     ``out``. Returns the manifest written, or None when ``final`` was already complete.
     """
     return _publish_uri(final, make) if storage.is_uri(final) else _publish_local(Path(final), make)
@@ -201,7 +208,8 @@ def prepare_folder(task, cfg, build: Build, *, preprocessor: Any | None = None, 
     Args:
         task: the :class:`dynlm.tasks.Task` whose folder this is.
         cfg: its data config; ``output_root`` and ``num_encode_actors`` do not change the output.
-        build: ``build(out) -> manifest`` (the stages; it encodes with ``preprocessor`` if given).
+        build: ``build(out, shard_root) -> manifest`` (the stages; it encodes with ``preprocessor``
+            if given; :data:`Build`).
         preprocessor: encode with this fitted preprocessor instead of fitting one on the train split.
         strict: raise :class:`QuarantineError` when any input record was quarantined (the
             folder is still written, with its quarantine Parquet, for inspection).
@@ -218,7 +226,7 @@ def prepare_folder(task, cfg, build: Build, *, preprocessor: Any | None = None, 
         _check_strict(prepared, strict)
         return prepared
 
-    def make(out: Path, share: Share) -> dict:
+    def make(out: Path, shard_root: str, share: Share) -> dict:
         sibling = encoding_sibling(cfg.output_root, cfg) if preprocessor is None else None
         if sibling is not None:
             log(f"prepare: {cfg.data_hash()} differs from {posixpath.basename(sibling.path)} only in its "
@@ -229,7 +237,7 @@ def prepare_folder(task, cfg, build: Build, *, preprocessor: Any | None = None, 
             raise PreparedDataMissing(f"no prepared folder {final} for data config {cfg.data_hash()} "
                                       f"({settings}), and none of the same encoding to derive it from")
         started = time.perf_counter()
-        manifest = build(out)
+        manifest = build(out, shard_root)
         return {**manifest, "timings_s": {**manifest.get("timings_s", {}),
                                           "build": round(time.perf_counter() - started, 3)}}
 

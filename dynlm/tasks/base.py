@@ -121,11 +121,22 @@ class Task(ABC):
         differs from its ``data_hash()``; the default encoding hash never does."""
         raise NotImplementedError(f"task {self.name!r} shares no shards between data configs")
 
-    def summarize(self, meta: pa.Table, splits: dict[str, pa.Table], preprocessor: Any) -> dict:
+    def shard_stats(self, table: pa.Table, spec: Any) -> dict[str, int]:
+        """Sums over the encoded rows of one shard that :meth:`summarize` needs (the shard's
+        ``documents`` are counted for every task). Computed where the shard is written, so no
+        split is ever gathered in one place; summed per split. Default: nothing more."""
+        return {}
+
+    def split_stats(self, splits: dict[str, pa.Table], spec: Any) -> dict[str, dict[str, int]]:
+        """:meth:`shard_stats` of whole split tables (the in-memory path), as :meth:`summarize` takes them."""
+        return {split: {"documents": table.num_rows, **self.shard_stats(table, spec)} for split, table in splits.items()}
+
+    def summarize(self, meta: pa.Table, split_stats: dict[str, dict[str, int]], preprocessor: Any) -> dict:
         """The manifest ``counts``: ``meta`` is every parsed record without ``payload_columns``,
-        ``splits`` the encoded rows per split. Tasks add their own counts to these."""
+        ``split_stats`` the per-split sums of :meth:`shard_stats` (with ``documents``). Tasks add
+        their own counts to these."""
         kinds = meta["kind"].to_numpy(zero_copy_only=False)
-        return {"documents": {split: table.num_rows for split, table in splits.items()},
+        return {"documents": {split: stats["documents"] for split, stats in split_stats.items()},
                 "dropped_docs": int((kinds == "dropped").sum()), "quarantined": int((kinds == "quarantine").sum()),
                 "input_files": len(set(meta["input_file"].to_pylist()))}
 

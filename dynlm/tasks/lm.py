@@ -41,7 +41,7 @@ from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
-from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts
+from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts, token_stats
 from dynlm.tasks.lm_table import format_metrics_table
 from dynlm.vocab_spec import VocabSpec
 
@@ -78,8 +78,11 @@ class LMTask(Task):
     def derive_preprocessor(self, preprocessor: Preprocessor, data_cfg: DataConfig) -> Preprocessor:
         return preprocessor.with_gamma(data_cfg.gamma)  # same encoding, another short list
 
-    def summarize(self, meta, splits, preprocessor) -> dict:
-        return {**super().summarize(meta, splits, preprocessor), **lm_counts(meta, splits, preprocessor.spec)}
+    def shard_stats(self, table, spec) -> dict[str, int]:
+        return token_stats(table, spec)
+
+    def summarize(self, meta, split_stats, preprocessor) -> dict:
+        return {**super().summarize(meta, split_stats, preprocessor), **lm_counts(meta, split_stats, preprocessor.spec)}
 
     def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
         rows = [(label, f"{counts[key]:,d}") for key, label in LM_SUMMARY_ROWS]

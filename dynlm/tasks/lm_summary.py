@@ -14,30 +14,32 @@ DROP_ROWS = (("dropped_nested", "dropped nested mentions"), ("dropped_overlappin
              ("dropped_docs_too_many_chains", "dropped docs (too many chains)"), ("truncated_chains", "truncated chains"))
 
 
-def _token_stats(table: pa.Table, spec) -> tuple[int, int, int]:
-    """(word tokens, OOV word tokens, subwords of word tokens) of encoded rows (no specials/entities)."""
+def token_stats(table: pa.Table, spec) -> dict[str, int]:
+    """Word tokens, OOV word tokens and subwords of word tokens of encoded rows (no
+    specials/entities): the LM task's :meth:`~dynlm.tasks.base.Task.shard_stats`."""
     if table.num_rows == 0:
-        return 0, 0, 0
+        return {"words": 0, "oov_words": 0, "subwords": 0}
     word_ids = pc.list_flatten(table["word_ids"]).to_numpy()
     entity_ids = pc.list_flatten(table["entity_ids"]).to_numpy()
     lengths = pc.list_flatten(table["subword_lengths"]).to_numpy()
     is_word = (entity_ids == 0) & (word_ids != spec.bos_id) & (word_ids != spec.eos_id)
-    return int(is_word.sum()), int((word_ids[is_word] == spec.unk_id).sum()), int(lengths[is_word].sum())
+    return {"words": int(is_word.sum()), "oov_words": int((word_ids[is_word] == spec.unk_id).sum()),
+            "subwords": int(lengths[is_word].sum())}
 
 
-def lm_counts(meta: pa.Table, splits: dict[str, pa.Table], spec) -> dict:
-    """Sentences/tokens per split, anonymization sums (DOC_STATS), OOV rate, subwords per word."""
+def lm_counts(meta: pa.Table, split_stats: dict[str, dict[str, int]], spec) -> dict:
+    """Sentences/tokens per split, anonymization sums (DOC_STATS), OOV rate, subwords per word
+    (``split_stats``: the per-split sums of :func:`token_stats`)."""
     counts: dict = {"sentences": {}, "tokens": {}}
-    words_total = subwords_total = oov_valid = words_valid = 0
     documents = meta.filter(pc.equal(meta["kind"], "document"))
-    for split, table in splits.items():
+    for split in split_stats:
         rows = documents.filter(pc.equal(documents["split"], split))
         counts["sentences"][split] = int(pc.sum(rows["num_sentences"]).as_py() or 0)
         counts["tokens"][split] = int(pc.sum(rows["num_tokens"]).as_py() or 0)
-        words, oov, subwords = _token_stats(table, spec)
-        words_total, subwords_total = words_total + words, subwords_total + subwords
-        if split == "valid":
-            oov_valid, words_valid = oov, words
+    words_total = sum(stats.get("words", 0) for stats in split_stats.values())
+    subwords_total = sum(stats.get("subwords", 0) for stats in split_stats.values())
+    valid = split_stats.get("valid", {})
+    oov_valid, words_valid = valid.get("oov_words", 0), valid.get("words", 0)
     for key in DOC_STATS:
         counts[key] = int(pc.sum(meta[key]).as_py() or 0)
     counts["oov_rate_valid"] = round(oov_valid / words_valid, 6) if words_valid else 0.0

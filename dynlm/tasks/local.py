@@ -101,7 +101,7 @@ def prepare_local(data_cfg, *, task: Task | str = "lm", preprocessor: Any | None
 
     task = get_task(task) if isinstance(task, str) else task
 
-    def build(out: Path) -> dict:
+    def build(out: Path, shard_root: str) -> dict:  # small inputs: every shard into out, uploaded from there
         given = preprocessor is not None
         done = prepare_in_memory(task, files_table(data_cfg.input_files()), data_cfg, preprocessor=preprocessor)
         meta = done.parsed.drop_columns(list(task.payload_columns))

@@ -126,8 +126,8 @@ class NamingTask(Task):
         return NamingDataConfig(inputs=list(inputs), max_context_size=preprocessor.max_context_size,
                                 max_features_per_function=preprocessor.max_features_per_function)
 
-    def summarize(self, meta, splits, preprocessor) -> dict:
-        return {**super().summarize(meta, splits, preprocessor), **naming_counts(meta, preprocessor)}
+    def summarize(self, meta, split_stats, preprocessor) -> dict:
+        return {**super().summarize(meta, split_stats, preprocessor), **naming_counts(meta, preprocessor)}
 
     def summary_lines(self, counts: dict) -> list[tuple[str, str]]:
         return summary_rows(counts)

@@ -6,7 +6,11 @@ each; the 2 training workers ask for 2 CPUs each, so exactly one fits on each no
 per node stays free for Ray Data). After the first checkpoint the worker node is removed and a
 fresh node added; Ray Train (FailureConfig) restarts the worker group from the last checkpoint.
 
-Usage: python tests/pipelines/multinode_scenario.py OUT_DIR   -> prints one JSON line "RESULT {...}"
+The prepared data and Ray Train's storage live in an object store (``STORE``: the test's moto
+S3 bucket), so the nodes share nothing but it: the Ray Data job's workers write the shards there,
+every rank reads its data through Ray Data or from the store, checkpoints are uploaded there.
+
+Usage: python tests/pipelines/multinode_scenario.py OUT_DIR STORE   -> prints one JSON line "RESULT {...}"
 """
 
 from __future__ import annotations
@@ -33,21 +37,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def committed_checkpoints(run_dir: Path) -> list[str]:
+def committed_checkpoints(run_dir: str) -> list[str]:
     """Checkpoints Ray Train has registered (an ``epoch_*`` folder appears before its report
     completes; killing a node in between restarts from scratch, not from that folder)."""
-    snapshot = run_dir / "checkpoint_manager_snapshot.json"
+    from dynlm import storage
+
     try:
-        results = json.loads(snapshot.read_text())["checkpoint_results"]
+        results = json.loads(storage.read_text(f"{run_dir}/checkpoint_manager_snapshot.json"))["checkpoint_results"]
     except (OSError, ValueError, KeyError):  # not written yet, or being written
         return []
     return sorted(r["checkpoint_dir_name"] for r in results)
 
 
-def main(out: Path) -> dict:
+def main(out: Path, store: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
+    from dynlm import storage as store_files
     from dynlm.data.synth import SynthConfig, write_conll
     from dynlm.job import JobConfig
     from pipelines.prepare import prepare
@@ -63,14 +69,14 @@ def main(out: Path) -> dict:
     report: dict = {"head": cluster.head_node.node_id, "worker": worker.node_id, "epochs_expected": EPOCHS}
     try:
         write_conll(SynthConfig(num_documents=60, docs_per_file=20), out / "synth")
-        storage = out / "shared-storage"
+        storage = f"{store}/ray-storage"
         job = JobConfig.from_dict({
-            "data": {"inputs": [str(out / "synth")], "format": "conll", "output_root": str(out / "prepared"),
+            "data": {"inputs": [str(out / "synth")], "format": "conll", "output_root": f"{store}/prepared",
                      "vocab_size": 300, "bpe_merges": 50, "max_chains": 20, "num_encode_actors": 1},
             "model": {"type": "dntm", "embed_dim": 16, "hidden_dim": 16, "dropout": 0.0},
             "train": {"epochs": EPOCHS, "batch_size": 4, "lr": 0.003, "early_stopping_patience": 0},
             "run": {"num_workers": 2, "cpus_per_worker": CPUS_PER_WORKER, "max_failures": 3,
-                    "storage_path": str(storage), "name": "two-nodes", "register": False,
+                    "storage_path": storage, "name": "two-nodes", "register": False,
                     "tracking_uri": f"sqlite:///{out / 'mlflow.db'}"},
         })
         prepared = prepare(job.data, progress=False)
@@ -84,7 +90,7 @@ def main(out: Path) -> dict:
 
         thread = threading.Thread(target=train, daemon=True)
         thread.start()
-        run_dir = storage / "two-nodes"
+        run_dir = f"{storage}/two-nodes"
         deadline = time.time() + 150
         while not committed_checkpoints(run_dir) and thread.is_alive() and time.time() < deadline:
             time.sleep(0.2)
@@ -106,7 +112,9 @@ def main(out: Path) -> dict:
             best_checkpoint_dir=result.best_checkpoint_dir,
             storage=str(storage),
             run_path=result.run_path,
-            checkpoint_files=sorted(str(p.relative_to(storage)) for p in storage.rglob("model.pt")),
+            prepared_root=str(prepared.root),
+            checkpoint_files=sorted(f[len(storage) + 1:] for f in store_files.list_files(storage)
+                                    if f.endswith("/model.pt")),
             param_checksum_spread=result.history[-1]["param_checksum_spread"],
         )
         return report
@@ -118,5 +126,5 @@ def main(out: Path) -> dict:
 if __name__ == "__main__":
     output = Path(sys.argv[1])
     output.mkdir(parents=True, exist_ok=True)
-    print("RESULT " + json.dumps(main(output)), flush=True)
+    print("RESULT " + json.dumps(main(output, sys.argv[2].rstrip("/"))), flush=True)
     os._exit(0)  # do not wait for a training thread that is still blocked on the dead cluster

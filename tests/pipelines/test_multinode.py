@@ -1,6 +1,8 @@
 """Multi-node Ray Train without a cloud: a head + a worker node on this machine (in a
 subprocess, see multinode_scenario.py), one DDP rank per node, the worker node killed after
-the first checkpoint and training resumed from it on a replacement node."""
+the first checkpoint and training resumed from it on a replacement node. The nodes share
+nothing but an object store (the session's moto S3): the prepared data and Ray Train's storage
+are ``s3://`` folders."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ SCENARIO = Path(__file__).with_name("multinode_scenario.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_nodes_survive_losing_one(tmp_path, processes):
+def test_two_nodes_survive_losing_one(tmp_path, processes, s3_bucket):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["PYTHONPATH"] = str(REPO)
-    proc = processes.run([sys.executable, str(SCENARIO), str(tmp_path)], cwd=tmp_path, env=env,
+    store = s3_bucket.rsplit("/", 1)[0]  # s3://<bucket>
+    proc = processes.run([sys.executable, str(SCENARIO), str(tmp_path), store], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
@@ -36,6 +39,8 @@ def test_two_nodes_survive_losing_one(tmp_path, processes):
     assert report["history_epochs"] == list(range(1, report["epochs"] + 1))
     assert report["epochs"] == report["epochs_expected"]
     assert report["param_checksum_spread"] == 0.0
-    # checkpoints live under the shared storage_path
-    assert report["best_checkpoint_dir"].startswith(report["storage"])
+    # the shards were written into the store by the prepare job's workers; the checkpoints
+    # live under the store's storage_path (the best one downloaded for the driver to log)
+    assert report["prepared_root"].startswith(f"{store}/prepared/")
+    assert report["storage"] == f"{store}/ray-storage"
     assert report["checkpoint_files"] and all(f.startswith("two-nodes/epoch_") for f in report["checkpoint_files"])

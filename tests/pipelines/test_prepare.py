@@ -140,6 +140,25 @@ def test_the_ray_free_path_writes_the_same_folder(built, tmp_path, capsys):
         assert local.manifest[key] == built.manifest[key], key
 
 
+def test_many_shards_are_written_by_the_workers_as_the_ray_free_path_writes_them(ray_session, corpus, tmp_path,
+                                                                                monkeypatch):
+    """Four documents a shard on average (``ROWS_PER_SHARD``, read by the driver): the Ray job's
+    workers write several shards per split, each the documents that hash to it, and the folder
+    is byte-identical to the in-process path's."""
+    from dynlm.data import prepared_writer
+
+    monkeypatch.setattr(prepared_writer, "ROWS_PER_SHARD", 4)
+    cfg = DataConfig(inputs=[str(corpus)], output_root=str(tmp_path / "ray"), **SETTINGS)
+    built = prepare(cfg, progress=False)
+    local = prepare_local(cfg.replace(output_root=str(tmp_path / "local")), log=lambda _: None)
+    assert len(built.files("train")) >= 4  # 24 train documents, 4 a shard on average
+    assert _shard_bytes(built.root) == _shard_bytes(local.root)
+    assert built.manifest["counts"] == local.manifest["counts"] and built.manifest["files"] == local.manifest["files"]
+    documents = sum(built.manifest["counts"]["documents"].values())
+    assert sum(built.num_documents(split) for split in SPLITS) == documents == SYNTH.num_documents - \
+        built.manifest["counts"]["dropped_docs"]
+
+
 def test_a_given_preprocessor_encodes_new_documents_with_its_ids(built, tmp_path, capsys):
     """New documents (Parquet DOCUMENT_SCHEMA rows, as a retrain gets them) encoded with an
     existing preprocessor: one parameter of the one job; the folder key names the preprocessor."""

@@ -52,8 +52,18 @@ def _prepare(processes, corpus: Path, root: Path | str, name: str, kill_at: str 
         except ProcessLookupError:
             pass
         process.wait(timeout=30)
+        worker_lines = _fault_lines_of_workers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    return process.returncode, output.decode()
+    return process.returncode, output.decode() + worker_lines
+
+
+def _fault_lines_of_workers(ray_tmp: Path) -> str:
+    """The fault-injection lines a Ray worker wrote (a kill point reached in a worker, such as
+    ``prepare:writing``, kills the driver from there and says so in that worker's log)."""
+    lines = []
+    for log in ray_tmp.rglob("worker-*.err"):
+        lines += [line for line in log.read_text(errors="replace").splitlines() if "dynlm: fault injection" in line]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _assert_killed_at(returncode: int, text: str, point: str) -> None:
@@ -82,8 +92,9 @@ def test_prepare_killed_anywhere_leaves_nothing_reusable(tmp_path, processes):
 
 
 def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_bucket, processes):
-    """An S3 output root (moto): killed after the first object is uploaded, before manifest.json;
-    the folder has no manifest (incomplete, never reused) and the next run completes it."""
+    """An S3 output root (moto): the workers wrote the shards in place, the driver is killed
+    after uploading the first of its small files, before manifest.json; the folder has no
+    manifest (incomplete, never reused) and the next run completes it."""
     import boto3
 
     corpus = tmp_path / "corpus"
@@ -98,7 +109,9 @@ def test_prepare_killed_during_the_upload_leaves_nothing_reusable(tmp_path, s3_b
 
     _assert_killed_at(*_prepare(processes, corpus, s3_bucket, "s3", kill_at="prepare:uploading"), "prepare:uploading")
     uploaded = keys()
-    assert len(uploaded) == 1 and not uploaded[0].endswith("/manifest.json"), uploaded
+    assert any("/train/part-" in key for key in uploaded), uploaded  # the workers' shards
+    assert not any(key.endswith("/manifest.json") for key in uploaded), uploaded
+    assert not is_prepared(f"{s3_bucket}/{uploaded[0].split('/')[1]}")  # <prefix>/<folder>/...
 
     returncode, text = _prepare(processes, corpus, s3_bucket, "s3-last")
     assert returncode == 0, text[-3000:]

@@ -338,6 +338,19 @@ def test_reachability_budget_and_which_uris_are_checked(tmp_path, monkeypatch):
         tracking.tracking_timeout_s()
 
 
+def test_a_server_that_does_not_answer_is_told_from_a_missing_file():
+    """A connection error means the server is down (the run is closed later); a missing local
+    file (a checkpoint a remote storage_path did not download) is a bug and must surface."""
+    import requests
+
+    refused = requests.exceptions.ConnectionError("Connection refused")
+    assert tracking.server_down_reason(refused) == "ConnectionError: Connection refused"
+    assert tracking.server_down_reason(TimeoutError("timed out")) == "TimeoutError: timed out"
+    assert tracking.server_down_reason(FileNotFoundError("checkpoint bucket/run/epoch_0003 does not exist")) is None
+    assert tracking.server_down_reason(PermissionError("mlflow.db")) is None
+    assert tracking.server_down_reason(ValueError("bad request")) is None
+
+
 def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
     """Every verb that talks to MLflow fails in seconds, naming the URI, before Ray starts."""
     import os

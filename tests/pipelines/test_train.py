@@ -117,11 +117,12 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
     assert sum(counts) == best["valid_count_reappearing"] > 0
     # a local Ray gets dynlm's settings (pipelines.ray_env.LOCAL_RAY_ENV), and Ray still reads them:
     # no preemption watcher, and a Parquet read lists its footers on one actor, not a pool of 32
+    # (a training reads two splits, train and valid)
     from ray.util.state import list_actors
 
     started = [a.class_name for a in list_actors(limit=10_000, raise_on_missing_output=False)]
     assert "PreemptionWatcher" not in started
-    assert 1 <= started.count("FooterReader") <= started.count("TrainController"), started
+    assert 1 <= started.count("FooterReader") <= 2 * started.count("TrainController"), started
 
 
 def _close(a: dict, b: dict, keys=("train_loss", "valid_ppl", "param_checksum"), rel=1e-6):

@@ -80,7 +80,7 @@ def test_the_prepare_table_shows_drops_only_when_there_are_some(prepared):
     _cfg, _files, in_memory = prepared
     task = get_task("lm")
     meta = in_memory.parsed.drop_columns(list(task.payload_columns))
-    counts = task.summarize(meta, in_memory.tables, in_memory.preprocessor)
+    counts = task.summarize(meta, task.split_stats(in_memory.tables, in_memory.preprocessor.spec), in_memory.preprocessor)
     labels = [label for label, _ in task.summary_lines({**counts, **{k: 0 for k in
                                                          ("dropped_nested", "dropped_overlapping",
                                                           "dropped_docs_too_many_chains", "truncated_chains")}})]

@@ -94,7 +94,8 @@ def test_unparseable_files_are_quarantined_with_their_reason_and_counted(tmp_pat
         ("quarantine", "py2.py", 1, "SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?"),
     ]
     task = NamingTask()
-    counts = task.summarize(done.parsed.drop_columns(list(task.payload_columns)), done.tables, done.preprocessor)
+    counts = task.summarize(done.parsed.drop_columns(list(task.payload_columns)),
+                            task.split_stats(done.tables, done.preprocessor.spec), done.preprocessor)
     assert (counts["quarantined_files"], counts["dropped_functions"], counts["quarantined"]) == (3, 1, 3)
     assert counts["documents"]["train"] == done.tables["train"].num_rows > 50
     assert dict(task.summary_lines(counts))["quarantined files"] == "3"
