@@ -88,8 +88,8 @@ def main() -> None:
     for actors, tokens, seconds, timings in results:
         rate = tokens / seconds
         print(f"prepare, {actors} encode actor(s): {tokens:,} tokens in {seconds:.1f} s = {rate:,.0f} tokens/s "
-              f"= {rate / raw_rate:.3f}x raw; encode stage {tokens / timings['encode']:,.0f} tokens/s "
-              f"= {tokens / timings['encode'] / raw_rate:.3f}x raw")
+              f"= {rate / raw_rate:.3f}x raw; encode-and-write stage {tokens / timings['encode_write']:,.0f} "
+              f"tokens/s = {tokens / timings['encode_write'] / raw_rate:.3f}x raw")
         print("  stages (s): " + json.dumps(timings))
     ray.shutdown()
 
