@@ -14,8 +14,10 @@ Stages (one Ray Dataset flows through them; the text never comes back to the dri
                                                         or s3://...): one small row per shard back
     --- driver: the preprocessor, the quarantine, the manifest (written last: the folder is complete) ---
 
-What the driver holds: one metadata row per record (doc_id, split, counts; no text), the word
-counts of the train split, one row per shard. Nothing that grows with the tokens of a document.
+What dynlm keeps in the driver: one metadata row per record (doc_id, split, counts; no text),
+the word counts of the train split, one row per shard; nothing that grows with the tokens of a
+document. Measured, the driver process still grows with the corpus (Ray's native heap during the
+two shuffles: ``benchmarks/results/scale_cpu.md``; issue 41).
 
 Everything around the job (the folder key, reuse, gamma derivation, the atomic publish, the
 files written) is Ray-free and shared with the in-process path: :mod:`dynlm.data.publish`,

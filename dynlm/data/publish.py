@@ -187,8 +187,8 @@ def publish(final: Path | str, make: Make) -> dict | None:
 
     ``make(out, shard_root, share)`` writes the shards into ``shard_root`` (the temporary
     folder of a local ``final``, ``final`` itself for a URI), the small files into ``out`` (an
-    empty local folder), and returns the manifest; ``share`` puts an existing folder's shard into ``final`` without copying it through
-    ``out``. Returns the manifest written, or None when ``final`` was already complete.
+    empty local folder), and returns the manifest; ``share`` puts an existing folder's shard
+    into ``final`` without copying it through ``out``. Returns the manifest written, or None when ``final`` was already complete.
     """
     return _publish_uri(final, make) if storage.is_uri(final) else _publish_local(Path(final), make)
 
