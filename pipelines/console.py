@@ -245,7 +245,8 @@ class TrainingConsole:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.relay = ray.remote(num_cpus=0)(ProgressRelay).options(
             name=self.relay_name, namespace=RELAY_NAMESPACE, scheduling_strategy=here).remote()
-        ray.get(self.relay.drain.remote())  # started before rank 0 looks it up
+        # not waited for (0.8 s of a small run): a named actor is registered when .remote()
+        # returns, so rank 0's lookup finds it, and what rank 0 sends waits for its start
         self._thread = threading.Thread(target=self._poll, name="dynlm-progress", daemon=True)
         self._thread.start()
         return self

@@ -73,6 +73,7 @@ CACHE_STORE_FRACTION = 0.1  # run.cache_train_split=auto caches a train split up
 # 2 s), and a run's end is seen at the next poll: 0.5 s unless the user set it (a bare 2-worker
 # fit() took 15.9-19.3 s against 19.8-22.2 s on 2 cores, benchmarks/results/fixed_costs.md).
 POLL_ENV, POLL_INTERVAL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
+FOOTER_ACTORS_FROM_FILES = 64  # a split of more files has its Parquet footers read on actors (read_split)
 
 
 class InjectedFault(RuntimeError):
@@ -407,8 +408,7 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
         callbacks.append(TuneReportCallback())
     datasets = {}
     for split in ("train", "valid"):
-        # local paths or URIs; the filesystem carries the store's settings (endpoint, region)
-        data = ray.data.read_parquet([str(p) for p in prepared.files(split)], filesystem=prepared.filesystem)
+        data = read_split(prepared, split)
         data.context.enable_progress_bars = False  # one bar per worker per epoch is noise
         data.context.execution_options.preserve_order = True  # valid: every rank sees one order
         datasets[split] = data
@@ -433,6 +433,29 @@ def build_trainer(job: JobConfig, prepared: PreparedData, name: str, settings: W
         datasets=datasets,
         dataset_config=ray.train.DataConfig(datasets_to_split=["train"], execution_options=options),
     )
+
+
+def read_split(prepared: PreparedData, split: str):
+    """``split`` of ``prepared`` as a lazy Ray Data dataset (local paths or URIs; the filesystem
+    carries the store's settings: endpoint, region).
+
+    A split of at most :data:`FOOTER_ACTORS_FROM_FILES` files is read by Ray Data's first Parquet
+    datasource, which reads the footers of a few files where the plan is made: Ray 2.60's
+    default datasource (V2) starts a footer-reader actor (a new process) for every read, 0.95 s
+    against 0.07 s for a one-file split read and materialized on a local 2-CPU Ray
+    (2026-12-07), paid twice by every training and every Tune trial. A larger split keeps V2,
+    whose footer readers spread the reads of many files over the cluster.
+    """
+    import ray.data
+
+    files = [str(p) for p in prepared.files(split)]
+    context = ray.data.DataContext.get_current()
+    default = context.use_datasource_v2
+    context.use_datasource_v2 = default and len(files) > FOOTER_ACTORS_FROM_FILES
+    try:
+        return ray.data.read_parquet(files, filesystem=prepared.filesystem)
+    finally:
+        context.use_datasource_v2 = default
 
 
 def caches_train_split(run: RunSettings, prepared: PreparedData) -> bool:

@@ -26,7 +26,7 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
     from dynlm.data.synth import SynthConfig, write_conll
 
     root = tmp_path_factory.mktemp("corpora")
-    out = {}
+    out = {"prepared": root / "prepared"}  # the retrains' prepared folders, shared: content-addressed
     for name, seed, docs in (("initial", 0, 24), ("new", 1, 24), ("validation", 2, 12)):
         write_conll(SynthConfig(num_documents=docs, docs_per_file=12, seed=seed), root / name)
         out[name] = root / name
@@ -64,7 +64,8 @@ def store(champion_store, mlflow_uri, tmp_path) -> str:
 
 def _config(tmp_path, corpora, uri, **changes) -> RetrainConfig:
     data = {
-        "data": {"inputs": [str(corpora["new"])], "output_root": str(tmp_path / "prepared"), "num_encode_actors": 1},
+        # the tests that encode "new" with champion v1's preprocessor share that folder (prepared once)
+        "data": {"inputs": [str(corpora["new"])], "output_root": str(corpora["prepared"]), "num_encode_actors": 1},
         "validation": str(corpora["validation"]),
         "margin": 0.01,
         "job_overrides": ["train.epochs=2", "train.lr=0.01", f"run.storage_path={tmp_path / 'ray'}"],

@@ -8,7 +8,8 @@ step of epoch 2, waits until Ray Train's run state (``checkpoint_manager_snapsho
 machine is. The killed and the resumed run are real ``dynlm train`` subprocesses, each with its own
 local Ray under its own ``RAY_TMPDIR``, so a process of a run is any process whose command line
 names that folder or that holds a file open under it; the uninterrupted reference run is the same
-job in the test's process, on the session's Ray.
+job, a third ``dynlm train`` with a Ray of its own (so the whole test runs beside the session's
+Ray: ``scripts/run_tests.sh``).
 
 The driver alone is killed (as ``kill -9 <pid>`` does): killing its whole process group would
 also kill the two agents of its raylet that otherwise stay (they share the group); a lone
@@ -32,7 +33,6 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from train_process import (
-    TINY,
     committed,
     left_after,
     output_of,
@@ -42,9 +42,6 @@ from train_process import (
 )
 
 from dynlm.data.synth import SynthConfig, write_conll
-from pipelines.defaults import default_job
-from pipelines.prepare import prepare
-from pipelines.train import run_training
 
 
 def _weights(run_dir: Path, checkpoint: str) -> dict[str, torch.Tensor]:
@@ -53,18 +50,18 @@ def _weights(run_dir: Path, checkpoint: str) -> dict[str, torch.Tensor]:
 
 @pytest.fixture
 def ray_tmps():
-    """The RAY_TMPDIRs of the killed and the resumed run; whatever still runs from them is
-    stopped and the folders are removed at the end, passed or not."""
-    folders = [ray_tmp(name) for name in ("killed", "resumed")]
+    """The RAY_TMPDIRs of the killed, the resumed and the uninterrupted run; whatever still runs
+    from them is stopped and the folders are removed at the end, passed or not."""
+    folders = [ray_tmp(name) for name in ("killed", "resumed", "straight")]
     yield folders
     for folder in folders:
         stop_and_remove(folder)
 
 
 def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, ray_tmps, processes,
-                                                                              empty_mlflow_db, ray_session, monkeypatch):
+                                                                              empty_mlflow_db):
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
-    killed_tmp, resumed_tmp = ray_tmps
+    killed_tmp, resumed_tmp, straight_tmp = ray_tmps
     run_dir = tmp_path / "ray" / "killed"
     shutil.copy(empty_mlflow_db, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -84,14 +81,9 @@ def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tm
     assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
     assert left_after(resumed_tmp, 30) == []  # a run that ends leaves nothing running either
 
-    # the uninterrupted reference: the same job in this process, on the session's Ray (its start-up
-    # is not what this test is about)
-    monkeypatch.setenv("DYNLM_MLFLOW_ARTIFACTS", str(tmp_path / "artifacts"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    job = default_job([*TINY, f"data.inputs=[{tmp_path / 'synth'}]", f"data.output_root={tmp_path / 'prepared'}",
-                       f"run.storage_path={tmp_path / 'ray'}", "run.name=straight", "run.register=false",
-                       f"run.tracking_uri={uri}"])
-    run_training(job, prepare(job.data, progress=False))
+    # the uninterrupted reference: the same job (its prepared folder reused), not registered
+    output_of(start_train(processes, tmp_path, "straight", straight_tmp, "--set", "run.register=false",
+                          tracking_uri=uri))
     resumed, straight = _weights(run_dir, "epoch_0002"), _weights(tmp_path / "ray" / "straight", "epoch_0002")
     assert resumed.keys() == straight.keys()
     assert all(torch.equal(resumed[key], straight[key]) for key in resumed), "resumed weights differ"
