@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ CACHE_STORE_FRACTION = 0.1  # run.cache_train_split=auto caches a train split up
 # 2 s), and a run's end is seen at the next poll: 0.5 s unless the user set it (a bare 2-worker
 # fit() took 15.9-19.3 s against 19.8-22.2 s on 2 cores, benchmarks/results/fixed_costs.md).
 POLL_ENV, POLL_INTERVAL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
+_READ_CONTEXT_LOCK = threading.Lock()  # read_split's change of Ray Data's process-wide context
 FOOTER_ACTORS_FROM_FILES = 64  # a split of more files has its Parquet footers read on actors (read_split)
 
 
@@ -449,13 +451,15 @@ def read_split(prepared: PreparedData, split: str):
     import ray.data
 
     files = [str(p) for p in prepared.files(split)]
-    context = ray.data.DataContext.get_current()
-    default = context.use_datasource_v2
-    context.use_datasource_v2 = default and len(files) > FOOTER_ACTORS_FROM_FILES
-    try:
-        return ray.data.read_parquet(files, filesystem=prepared.filesystem)
-    finally:
-        context.use_datasource_v2 = default
+    context = ray.data.DataContext.get_current()  # the process's: read_parquet consults it
+    with _READ_CONTEXT_LOCK:  # concurrent trainings in one process (two retrains in threads)
+        default, bars = context.use_datasource_v2, context.enable_progress_bars
+        context.use_datasource_v2 = default and len(files) > FOOTER_ACTORS_FROM_FILES
+        context.enable_progress_bars = False  # the first datasource's "Parquet dataset sampling" bar
+        try:
+            return ray.data.read_parquet(files, filesystem=prepared.filesystem)
+        finally:
+            context.use_datasource_v2, context.enable_progress_bars = default, bars
 
 
 def caches_train_split(run: RunSettings, prepared: PreparedData) -> bool:

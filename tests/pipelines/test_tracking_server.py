@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from mlflow import MlflowClient
 from server_process import free_port, mlflow_server_argv, running_server, server_env
 from train_process import (
     committed,
     output_of,
     own_lines,
+    ray_tmp,
     start_train,
+    stop_and_remove,
     wait_until,
 )
 
@@ -22,22 +25,33 @@ from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
 
 
-def test_server_stopped_mid_training_loses_nothing(ray_session, tmp_path, processes):
+@pytest.fixture
+def own_rays():
+    """The RAY_TMPDIRs of the stopped and the finishing `dynlm train`; what still runs from them
+    is stopped and the folders removed at the end."""
+    folders = [ray_tmp(name) for name in ("server-stopped", "server-back")]
+    yield folders
+    for folder in folders:
+        stop_and_remove(folder)
+
+
+def test_server_stopped_mid_training_loses_nothing(tmp_path, processes, own_rays):
     """The server stops after epoch 1 is logged and checkpointed: the training goes on to the end
     (checkpoints are Ray's), then ends with one line naming the run and the command to finish
     it; with the server back, that command logs the missing epoch and registers the model.
-    `dynlm train` runs as a process of its own (its tracking client must outlive the server), in
-    the session's Ray (nothing here needs a Ray of its own)."""
+    `dynlm train` runs as a process of its own (its tracking client must outlive the server),
+    each with a local Ray of its own: the test runs beside the session's Ray
+    (``scripts/run_tests.sh``), which would otherwise run it alone for 1.5 minutes."""
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     uri, server_dir = f"http://127.0.0.1:{free_port()}", tmp_path / "server"
     server_dir.mkdir()
     run_dir = tmp_path / "ray" / "gone"
     env = server_env()
     env.pop("MLFLOW_TRACKING_URI", None)
-    address = ray_session.get_runtime_context().gcs_address
+    stopped_ray, back_ray = own_rays
     with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log",
                         env):
-        process = start_train(processes, tmp_path, "gone", None, tracking_uri=uri, ray_address=address)
+        process = start_train(processes, tmp_path, "gone", stopped_ray, tracking_uri=uri)
         wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
     text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
     assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
@@ -48,8 +62,7 @@ def test_server_stopped_mid_training_loses_nothing(ray_session, tmp_path, proces
 
     with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log",
                         env):
-        text = output_of(start_train(processes, tmp_path, "gone", None, "--resume", tracking_uri=uri,
-                                     ray_address=address))
+        text = output_of(start_train(processes, tmp_path, "gone", back_ray, "--resume", tracking_uri=uri))
         assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
         client = MlflowClient(uri, registry_uri=uri)
         run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
