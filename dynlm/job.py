@@ -15,9 +15,10 @@ sections, so a key of another task's section is an unknown key.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dynlm import storage
 from dynlm.config import Config, ConfigError
@@ -55,8 +56,12 @@ class RunSettings(Config):
         use_gpu: one GPU per worker and NCCL; CPU and gloo otherwise.
         bf16: bf16 autocast on GPU workers. Off by default: in the one GPU check so far (see
             benchmarks/results/gpu_h200.md) training diverged under bf16 autocast.
-        cpus_per_worker: CPUs reserved per worker. Below 1 locally so Ray Data keeps CPU to
-            stream the shards (a worker group that takes every CPU starves the ingest).
+        cpus_per_worker: CPUs reserved per worker (Ray Train's bundle; the worker's torch
+            threads: that many, at least one). ``auto``: an equal share of the CPUs the cluster
+            has when the run starts, less :data:`INGEST_FREE_CPUS` for Ray Data's ingest (a
+            worker group that takes every CPU starves it), whole CPUs when the share holds one
+            (:func:`auto_cpus_per_worker`: 0.5 for 2 workers on 2 CPUs, 7 on 16). On a cluster
+            whose autoscaler adds nodes later, give a number.
         storage_path: Ray Train storage (checkpoints); shared storage on a multi-node cluster.
             ``$DYNLM_STORAGE_PATH`` replaces the job file's value (:func:`with_storage_env`).
         experiment: MLflow experiment name.
@@ -88,7 +93,7 @@ class RunSettings(Config):
     num_workers: int = 2
     use_gpu: bool = False
     bf16: bool = False
-    cpus_per_worker: float = 0.5
+    cpus_per_worker: float | Literal["auto"] = "auto"
     storage_path: str = "runs/ray"
     experiment: str = "dynlm"
     tracking_uri: str | None = None
@@ -111,7 +116,7 @@ class RunSettings(Config):
             raise ConfigError(f"run.num_workers must be >= 1, got {self.num_workers}")
         if self.system_metrics_s < 0:
             raise ConfigError(f"run.system_metrics_s must be >= 0 (0: off), got {self.system_metrics_s}")
-        if self.cpus_per_worker <= 0:
+        if self.cpus_per_worker != "auto" and self.cpus_per_worker <= 0:
             raise ConfigError(f"run.cpus_per_worker must be > 0, got {self.cpus_per_worker}")
         if self.max_failures < -1:
             raise ConfigError(f"run.max_failures must be >= -1 (-1: unlimited), got {self.max_failures}")
@@ -139,6 +144,36 @@ class ResourcesError(ConfigError):
     """The training workers ask for more CPUs or GPUs than the Ray cluster has (a user error)."""
 
 
+MIN_AUTO_CPUS = 0.1  # the least run.cpus_per_worker=auto gives a worker (then missing_resources says why)
+
+
+def auto_cpus_per_worker(num_workers: int, cluster_cpus: float, node_cpus: float | None = None,
+                         concurrent_runs: int = 1) -> float:
+    """``run.cpus_per_worker=auto``: CPUs per worker for ``concurrent_runs`` trainings of
+    ``num_workers`` workers on ``cluster_cpus`` CPUs (``node_cpus``: the largest node's; a worker
+    runs on one node), leaving :data:`INGEST_FREE_CPUS` to Ray Data's ingest.
+
+    A share of at least one CPU is rounded down to whole CPUs (the worker's torch threads), a
+    smaller one kept as it is: 0.5 for 2 workers on 2 CPUs, 1 for one worker, 7 for 2 workers
+    on 16; at least :data:`MIN_AUTO_CPUS`.
+    """
+    share = (cluster_cpus - INGEST_FREE_CPUS) / (num_workers * max(concurrent_runs, 1))
+    if share >= 1:
+        share = float(math.floor(share))
+        if node_cpus is not None and node_cpus >= 1:
+            share = min(share, float(math.floor(node_cpus)))
+    return max(round(share, 3), MIN_AUTO_CPUS)
+
+
+def with_worker_cpus(run: RunSettings, cluster_cpus: float, node_cpus: float | None = None,
+                     concurrent_runs: int = 1) -> RunSettings:
+    """``run`` with ``cpus_per_worker`` resolved to a number (unchanged when it is one)."""
+    if run.cpus_per_worker != "auto":
+        return run
+    return run.replace(cpus_per_worker=auto_cpus_per_worker(run.num_workers, cluster_cpus, node_cpus,
+                                                             concurrent_runs))
+
+
 def missing_resources(run: RunSettings, cluster_cpus: float, cluster_gpus: float) -> str | None:
     """What the Ray Train workers of ``run`` need that a cluster of ``cluster_cpus`` CPUs and
     ``cluster_gpus`` GPUs lacks, as one line naming the settings that fix it; None when they fit.
@@ -150,10 +185,12 @@ def missing_resources(run: RunSettings, cluster_cpus: float, cluster_gpus: float
         return (f"run.use_gpu asks for {run.num_workers} GPU(s) (one per worker, run.num_workers="
                 f"{run.num_workers}) and this Ray has {cluster_gpus:g}: drop --use-gpu "
                 "(run.use_gpu=false) or run where the GPUs are")
+    auto = " (auto)" if run.cpus_per_worker == "auto" else ""
+    run = with_worker_cpus(run, cluster_cpus)
     workers_cpus = run.num_workers * run.cpus_per_worker
     free = cluster_cpus - workers_cpus
     if free < INGEST_FREE_CPUS - 1e-9:
-        return (f"run.num_workers={run.num_workers} x run.cpus_per_worker={run.cpus_per_worker:g} = "
+        return (f"run.num_workers={run.num_workers} x run.cpus_per_worker={run.cpus_per_worker:g}{auto} = "
                 f"{workers_cpus:g} CPUs leave {free:.2f} of this Ray's {cluster_cpus:g} CPUs free; Ray Data's "
                 f"ingest needs {INGEST_FREE_CPUS:g}, so the workers would wait forever: lower "
                 "run.num_workers or run.cpus_per_worker")

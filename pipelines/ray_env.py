@@ -194,6 +194,15 @@ def started_here() -> bool:
     return ray.is_initialized() and node is not None and bool(node.head)
 
 
+def cluster_cpus() -> tuple[float, float]:
+    """(CPUs of the connected Ray cluster, CPUs of its largest alive node), as Ray reports them
+    now (``run.cpus_per_worker=auto`` is resolved from them: :func:`dynlm.job.with_worker_cpus`)."""
+    import ray
+
+    largest = max((node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")), default=0.0)
+    return float(ray.cluster_resources().get("CPU", 0.0)), float(largest)
+
+
 def export_local_ray_env() -> None:
     """Export :data:`LOCAL_RAY_ENV` (where not set) before a local ``ray.init`` in this process."""
     for key, value in LOCAL_RAY_ENV.items():

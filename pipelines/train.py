@@ -56,7 +56,7 @@ from dynlm.config import Config, ConfigError, seconds_from_env
 from dynlm.data.batching import PACKED_GROUP_BATCHES, per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
-from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources
+from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources, with_worker_cpus
 from dynlm.optim import LRSchedule, build_optimizer
 from dynlm.training import FitHooks, FitState, fit
 
@@ -283,6 +283,8 @@ def train_fn_per_worker(config: dict) -> dict | None:
     prepared = PreparedData.open(settings.prepared_root)
     spec, task = prepared.spec, job.get_task()
 
+    if job.run.cpus_per_worker != "auto":  # resolved by run_training: the CPUs its bundle reserved
+        torch.set_num_threads(max(1, int(job.run.cpus_per_worker)))
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     core = task.build_model(job.model, spec)
     # One worker: no DDP, so no anchor needed (prepare_model only moves the model then).
@@ -585,9 +587,11 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     """
     from pipelines import tracking
     from pipelines.console import TrainingConsole
-    from pipelines.ray_env import init_ray
+    from pipelines.ray_env import cluster_cpus, init_ray
 
     init_ray()
+    if job.run.cpus_per_worker == "auto":  # a search resolves it for its trials (pipelines.tune)
+        job = job.replace(run=with_worker_cpus(job.run, *cluster_cpus()).to_dict())
     if not tune_callback:  # a search checks its trials before they start (dynlm.search.space)
         check_workers_fit(job.run)
     if not prepared.files("valid"):

@@ -26,6 +26,8 @@ resolved space, the prepared folders and the MLflow parent run are kept next to 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import time
 from dataclasses import dataclass, field
@@ -192,6 +194,19 @@ def _init_ray() -> None:
     init_ray()
 
 
+def _with_trial_cpus(space: SearchSpace) -> SearchSpace:
+    """``space`` with ``run.cpus_per_worker=auto`` resolved for its concurrent trials (the
+    cluster's CPUs shared by ``min(tune.max_concurrent_trials, trials)`` trainings)."""
+    from dynlm.job import with_worker_cpus
+    from pipelines.ray_env import cluster_cpus
+
+    if space.base.run.cpus_per_worker != "auto":
+        return space
+    concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
+    run = with_worker_cpus(space.base.run, *cluster_cpus(), concurrent_runs=concurrent)
+    return dataclasses.replace(space, base=space.base.replace(run=run.to_dict()))
+
+
 def _check_local_cluster(space: SearchSpace) -> None:
     """:func:`check_trials_fit` on a one-node Ray (a laptop, a test); a multi-node cluster may
     autoscale, so it is not checked."""
@@ -217,6 +232,7 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
 
     uri = tracking.check_reachable(space.base.run.tracking_uri)  # before Ray starts
     _init_ray()
+    space = _with_trial_cpus(space)
     _check_local_cluster(space)
     print(describe(space), flush=True)
     base = trials_base(space, uri)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from dynlm.config import Config, ConfigError, config_hash
 from dynlm.config import set_dotted as config_set_dotted
-from dynlm.job import INGEST_FREE_CPUS  # what every training's ingest leaves free
+from dynlm.job import INGEST_FREE_CPUS, with_worker_cpus  # what every training's ingest leaves free
 
 DISTRIBUTIONS = ("choice", "grid", "uniform", "loguniform", "randint")
 DISCRETE = ("choice", "grid")
@@ -171,9 +171,9 @@ def check_trials_fit(space: SearchSpace, cluster_cpus: float) -> None:
     Raises:
         SearchSpaceError: naming the CPUs the trials reserve and the settings that fix it.
     """
-    run = space.base.run
-    per_trial = run.num_workers * run.cpus_per_worker + TRIAL_DRIVER_CPUS
     concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
+    run = with_worker_cpus(space.base.run, cluster_cpus, concurrent_runs=concurrent)
+    per_trial = run.num_workers * run.cpus_per_worker + TRIAL_DRIVER_CPUS
     free = cluster_cpus - concurrent * per_trial
     if free < INGEST_FREE_CPUS - 1e-9:
         raise SearchSpaceError(

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_default_job_is_small_and_round_trips():
     job = default_job()
     assert job.model.type == "dntm" and job.run.num_workers == 2 and job.train.epochs == 4
-    assert job.run.cpus_per_worker == 0.5  # below 1 so Ray Data keeps CPU for ingest
+    assert job.run.cpus_per_worker == "auto"  # a share of the cluster's CPUs, 1 left to the ingest
     assert JobConfig.from_dict(job.to_dict()) == job
     assert JobConfig.from_dict(json.loads(json.dumps(job.to_dict()))).hash() == job.hash()
 
@@ -187,6 +187,27 @@ def test_missing_resources_names_the_settings():
         "run.num_workers=3 x run.cpus_per_worker=0.5 = 1.5 CPUs leave 0.50 of this Ray's 2 CPUs free; "
         "Ray Data's ingest needs 1, so the workers would wait forever: lower run.num_workers or "
         "run.cpus_per_worker")
+
+
+def test_auto_cpus_per_worker_shares_what_the_ingest_leaves():
+    from dynlm.job import auto_cpus_per_worker, missing_resources, with_worker_cpus
+
+    assert auto_cpus_per_worker(2, 2.0) == 0.5  # a laptop: as before, half a CPU each
+    assert auto_cpus_per_worker(1, 2.0) == 1.0
+    assert auto_cpus_per_worker(2, 16.0) == 7.0  # whole CPUs: the worker's torch threads
+    assert auto_cpus_per_worker(4, 2.0) == 0.25
+    assert auto_cpus_per_worker(2, 16.0, concurrent_runs=2) == 3.0  # two trials at once
+    assert auto_cpus_per_worker(1, 64.0, node_cpus=8.0) == 8.0  # a worker runs on one node
+    assert auto_cpus_per_worker(2, 1.0) == 0.1  # nothing left: the least, then refused below
+    assert missing_resources(RunSettings(num_workers=2), 1.0, 0.0).startswith(
+        "run.num_workers=2 x run.cpus_per_worker=0.1 (auto) = 0.2 CPUs leave 0.80 of this Ray's 1 CPUs free")
+    assert missing_resources(RunSettings(num_workers=2), 2.0, 0.0) is None
+    run = RunSettings(num_workers=2)
+    assert with_worker_cpus(run, 16.0).cpus_per_worker == 7.0 and run.cpus_per_worker == "auto"
+    assert with_worker_cpus(RunSettings(cpus_per_worker=0.4), 16.0).cpus_per_worker == 0.4
+    assert RunSettings.from_dict({"cpus_per_worker": 2}).cpus_per_worker == 2.0
+    with pytest.raises(ConfigError, match="cpus_per_worker"):
+        RunSettings.from_dict({"cpus_per_worker": "many"})
 
 
 def test_seconds_from_env(monkeypatch):

@@ -266,7 +266,8 @@ def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_
 
 @pytest.mark.parametrize("flags, reason", [
     (["--use-gpu"], "run.use_gpu asks for 2 GPU(s) (one per worker, run.num_workers=2) and this Ray has 0: "),
-    (["--num-workers", "4"], "run.num_workers=4 x run.cpus_per_worker=0.5 = 2 CPUs leave 0.00 of this Ray's 2 CPUs free; "),
+    (["--num-workers", "4", "--set", "run.cpus_per_worker=0.5"],
+     "run.num_workers=4 x run.cpus_per_worker=0.5 = 2 CPUs leave 0.00 of this Ray's 2 CPUs free; "),
 ])
 def test_workers_beyond_the_local_ray_are_one_line_at_once(ray_session, mlflow_uri, tmp_path, monkeypatch,
                                                            capsys, flags, reason):
