@@ -27,7 +27,6 @@ resolved space, the prepared folders and the MLflow parent run are kept next to 
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import time
 from dataclasses import dataclass, field
