@@ -148,30 +148,33 @@ MIN_AUTO_CPUS = 0.1  # the least run.cpus_per_worker=auto gives a worker (then m
 
 
 def auto_cpus_per_worker(num_workers: int, cluster_cpus: float, node_cpus: float | None = None,
-                         concurrent_runs: int = 1) -> float:
+                         concurrent_runs: int = 1, minimum: float = MIN_AUTO_CPUS) -> float:
     """``run.cpus_per_worker=auto``: CPUs per worker for ``concurrent_runs`` trainings of
     ``num_workers`` workers on ``cluster_cpus`` CPUs (``node_cpus``: the largest node's; a worker
     runs on one node), leaving :data:`INGEST_FREE_CPUS` to Ray Data's ingest.
 
     A share of at least one CPU is rounded down to whole CPUs (the worker's torch threads), a
     smaller one kept as it is: 0.5 for 2 workers on 2 CPUs, 1 for one worker, 7 for 2 workers
-    on 16; at least :data:`MIN_AUTO_CPUS`.
+    on 16; at least ``minimum`` (a cluster that may still grow: one CPU, see
+    :func:`with_worker_cpus`).
     """
     share = (cluster_cpus - INGEST_FREE_CPUS) / (num_workers * max(concurrent_runs, 1))
     if share >= 1:
         share = float(math.floor(share))
         if node_cpus is not None and node_cpus >= 1:
             share = min(share, float(math.floor(node_cpus)))
-    return max(round(share, 3), MIN_AUTO_CPUS)
+    return max(round(share, 3), minimum)
 
 
 def with_worker_cpus(run: RunSettings, cluster_cpus: float, node_cpus: float | None = None,
-                     concurrent_runs: int = 1) -> RunSettings:
-    """``run`` with ``cpus_per_worker`` resolved to a number (unchanged when it is one)."""
+                     concurrent_runs: int = 1, *, may_grow: bool = False) -> RunSettings:
+    """``run`` with ``cpus_per_worker`` resolved to a number (unchanged when it is one).
+    ``may_grow``: a cluster dynlm joined, whose autoscaler may add nodes after the CPUs were
+    counted: at least one CPU per worker (its request then asks for real workers)."""
     if run.cpus_per_worker != "auto":
         return run
-    return run.replace(cpus_per_worker=auto_cpus_per_worker(run.num_workers, cluster_cpus, node_cpus,
-                                                             concurrent_runs))
+    return run.replace(cpus_per_worker=auto_cpus_per_worker(
+        run.num_workers, cluster_cpus, node_cpus, concurrent_runs, minimum=1.0 if may_grow else MIN_AUTO_CPUS))
 
 
 def missing_resources(run: RunSettings, cluster_cpus: float, cluster_gpus: float) -> str | None:

@@ -587,11 +587,11 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     """
     from pipelines import tracking
     from pipelines.console import TrainingConsole
-    from pipelines.ray_env import cluster_cpus, init_ray
+    from pipelines.ray_env import cluster_cpus, init_ray, started_here
 
     init_ray()
     if job.run.cpus_per_worker == "auto":  # a search resolves it for its trials (pipelines.tune)
-        job = job.replace(run=with_worker_cpus(job.run, *cluster_cpus()).to_dict())
+        job = job.replace(run=with_worker_cpus(job.run, *cluster_cpus(), may_grow=not started_here()).to_dict())
     if not tune_callback:  # a search checks its trials before they start (dynlm.search.space)
         check_workers_fit(job.run)
     if not prepared.files("valid"):

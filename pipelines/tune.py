@@ -197,12 +197,12 @@ def _with_trial_cpus(space: SearchSpace) -> SearchSpace:
     """``space`` with ``run.cpus_per_worker=auto`` resolved for its concurrent trials (the
     cluster's CPUs shared by ``min(tune.max_concurrent_trials, trials)`` trainings)."""
     from dynlm.job import with_worker_cpus
-    from pipelines.ray_env import cluster_cpus
+    from pipelines.ray_env import cluster_cpus, started_here
 
     if space.base.run.cpus_per_worker != "auto":
         return space
     concurrent = min(space.tune.max_concurrent_trials, space.expected_trials())
-    run = with_worker_cpus(space.base.run, *cluster_cpus(), concurrent_runs=concurrent)
+    run = with_worker_cpus(space.base.run, *cluster_cpus(), concurrent_runs=concurrent, may_grow=not started_here())
     return dataclasses.replace(space, base=space.base.replace(run=run.to_dict()))
 
 

@@ -205,6 +205,9 @@ def test_auto_cpus_per_worker_shares_what_the_ingest_leaves():
     run = RunSettings(num_workers=2)
     assert with_worker_cpus(run, 16.0).cpus_per_worker == 7.0 and run.cpus_per_worker == "auto"
     assert with_worker_cpus(RunSettings(cpus_per_worker=0.4), 16.0).cpus_per_worker == 0.4
+    # a joined cluster whose autoscaler has not added its nodes yet: whole workers are requested
+    assert with_worker_cpus(run, 0.0, may_grow=True).cpus_per_worker == 1.0
+    assert with_worker_cpus(run, 16.0, may_grow=True).cpus_per_worker == 7.0
     assert RunSettings.from_dict({"cpus_per_worker": 2}).cpus_per_worker == 2.0
     with pytest.raises(ConfigError, match="cpus_per_worker"):
         RunSettings.from_dict({"cpus_per_worker": "many"})
