@@ -183,15 +183,44 @@ def claim_address_file() -> None:
         logger.warning("could not record the Ray address %s: %s", ours, exc)
 
 
+_STARTED_HERE: dict[str, str] = {}  # GCS address -> session folder of each local Ray start_local_ray started
+
+
 def started_here() -> bool:
-    """True when this process started the Ray it is connected to (a local Ray of this machine:
-    ``init_ray``'s ``"local"``, a test's ``ray.init(address="local")``); False for a cluster it
+    """True when this process started the Ray it is connected to (:func:`start_local_ray`: a
+    local Ray of this machine, whose CPUs and GPUs are all there is); False for a cluster it
     joined (``RAY_ADDRESS``, ``ray start``, a cluster launched by ``ray up`` or KubeRay)."""
     import ray
-    import ray._private.worker as ray_worker  # the driver's node object is only exposed here
 
-    node = ray_worker._global_node
-    return ray.is_initialized() and node is not None and bool(node.head)
+    return ray.is_initialized() and ray.get_runtime_context().gcs_address in _STARTED_HERE
+
+
+def local_session_dir() -> str | None:
+    """The session folder of the Ray this process is connected to, when it started it (None
+    for a joined cluster)."""
+    import ray
+
+    return _STARTED_HERE.get(ray.get_runtime_context().gcs_address) if ray.is_initialized() else None
+
+
+def start_local_ray(*, reap: bool = True, **init_kwargs):
+    """Start a new local Ray on this machine the way every dynlm verb does: reap what killed
+    dynlm drivers left (``reap``), export :data:`LOCAL_RAY_ENV`, ``ray.init(address="local",
+    **init_kwargs)``, mark the session folder as this driver's and claim the address file.
+
+    Returns:
+        ``ray.init``'s context (its ``address_info`` names the session folder and the GCS).
+    """
+    import ray
+
+    if reap:
+        reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
+    export_local_ray_env()
+    context = ray.init(address="local", **init_kwargs)  # never the recorded (stale) cluster
+    _STARTED_HERE[context.address_info["gcs_address"]] = context.address_info["session_dir"]
+    record_driver(context.address_info["session_dir"])
+    claim_address_file()
+    return context
 
 
 def cluster_cpus() -> tuple[float, float]:
@@ -241,11 +270,5 @@ def init_ray(**local_init_kwargs) -> str:
             return "cluster"
         except ConnectionError as exc:  # a stale address file from a stopped `ray start`
             logger.warning("no Ray cluster at the recorded address (%s); starting a local Ray", exc)
-    reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
-    export_local_ray_env()
-    ray.init(address="local", **{**output, **local_init_kwargs})  # never the recorded (stale) cluster
-    import ray._private.worker as ray_worker  # the session folder is only exposed on the node object
-
-    record_driver(ray_worker._global_node.get_session_dir_path())
-    claim_address_file()
+    start_local_ray(**{**output, **local_init_kwargs})
     return "local"

@@ -158,13 +158,13 @@ def ray_session(moto_s3_endpoint):
     session's moto S3 server: ``moto_s3_endpoint``)."""
     import ray
 
-    from pipelines.ray_env import claim_address_file, export_local_ray_env
+    from pipelines.ray_env import claim_address_file, start_local_ray
 
     if not ray.is_initialized():
-        export_local_ray_env()  # what `dynlm` sets before it starts a local Ray
-        # address="local": always a fresh single-node cluster, never one left by another process
-        ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+        # as `dynlm` starts a local Ray (a fresh single-node cluster, never one left by another
+        # process), without reaping: a test's own killed `dynlm` is the test's to check
+        start_local_ray(reap=False, num_cpus=2, include_dashboard=True, log_to_driver=False,
+                        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     claim_address_file()  # Train's placement-group cleaner finds this cluster through it
     yield ray
     ray.shutdown()
