@@ -5,19 +5,21 @@ Stages (one Ray Dataset flows through them; the text never comes back to the dri
     read_binary_files(cfg.input_files(), ...)            one row per input file the data config keeps
     map_batches(task.parse_files)                       records with their split + quarantine records
     --- driver: the small columns of every record: checks, one split rule (dynlm/data/split.py) ---
-    map_batches(task.count_train).groupby("word").sum("count")      counts of the TRAIN split
+    map_batches(task.count_train), summed by a tree of tasks  counts of the TRAIN split
     --- driver: task.fit_preprocessor(counts), unless a fitted preprocessor is given ---
     map_batches(task.encoder, ActorPoolStrategy)        each actor loads the preprocessor JSON once
-    map_batches(add_shard_column)                       a document's shard: a hash of its doc_id
-    groupby(["split", "shard"]).map_groups(write_group) each shard sorted by doc_id and written by
-                                                        a worker, straight into the folder (local
-                                                        or s3://...): one small row per shard back
+    map_batches(add_shard_column)                       a document's shard: its doc_id's place among
+                                                        the shards' first ids (shard_boundaries)
+    a Ray task per shard (write_shard)                  the rows of the blocks that hold the shard,
+                                                        sorted by doc_id, written straight into the
+                                                        folder (local or s3://...): one small row back
     --- driver: the preprocessor, the quarantine, the manifest (written last: the folder is complete) ---
 
 What dynlm keeps in the driver: one metadata row per record (doc_id, split, counts; no text),
-the word counts of the train split, one row per shard; nothing that grows with the tokens of a
-document. Measured, the driver process still grows with the corpus (Ray's native heap during the
-two shuffles: ``benchmarks/results/scale_cpu.md``; issue 41).
+the word counts of the train split, one reference per Ray Data block and one row per shard;
+nothing that grows with the tokens of a document. No Ray Data groupby: a shuffle's intermediate
+objects are owned by the driver, and its native heap grew with the corpus (10x from 2 M to 64 M
+tokens, then 1.5x without them: ``benchmarks/results/scale_cpu.md``; issue 41).
 
 Everything around the job (the folder key, reuse, gamma derivation, the atomic publish, the
 files written) is Ray-free and shared with the in-process path: :mod:`dynlm.data.publish`,
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dynlm import faults, storage
 from dynlm.data import prepared_writer as writer
@@ -40,34 +43,75 @@ from dynlm.data.publish import PreparedDataMissing, QuarantineError, prepare_fol
 from dynlm.tasks import DEFAULT_TASK, Task, get_task
 
 DOCS_PER_BLOCK = 32  # Ray Data block size after parsing (spreads one big file over the actors)
-SHUFFLE = "sort_shuffle_pull_based"  # ray.data ShuffleStrategy of the word counts' and the shards' groupby
 
 __all__ = ["PreparedDataMissing", "QuarantineError", "prepare"]
 
 
+COUNT_FAN_IN = 16  # word-count tables summed per task in the reduction tree of _train_counts
+
+
+def sum_word_counts(*tables: pa.Table) -> pa.Table:
+    """The per-word sum of ``{word, count}`` tables: one row per word."""
+    summed = pa.concat_tables(tables).group_by("word").aggregate([("count", "sum")])
+    return pa.table({"word": summed["word"], "count": summed["count_sum"]})
+
+
 def _train_counts(task: Task, parsed, ray) -> dict[str, int]:
-    """Counts of the train split: per-batch ``task.count_train``, then a Ray Data groupby-sum.
+    """Counts of the train split, in word order: ``task.count_train`` per block, then summed by
+    a tree of Ray tasks (:data:`COUNT_FAN_IN` tables per task) where the blocks are; the driver
+    receives the one summed table.
 
-    The groupby runs as a pull-based sort shuffle (:data:`SHUFFLE`: tasks on Ray's pooled
-    workers). Ray 2.60's default hash shuffle starts aggregator actors, new processes, for every
-    groupby: seconds of fixed cost per prepare (``benchmarks/bench_fixed_costs.py`` compares them).
+    No Ray Data groupby: its shuffle's intermediate objects are owned by the driver, whose
+    native heap grew with the corpus (``benchmarks/results/scale_cpu.md``); the tree has one
+    object per block and per task.
     """
-    from ray.data.context import ShuffleStrategy
-
-    num_partitions = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
     counted = parsed.map_batches(task.count_train, batch_format="pyarrow", batch_size=None)
-    # this dataset's DataContext (a copy made at read time, shared with its parent), not the process's
-    counted.context.shuffle_strategy = ShuffleStrategy(SHUFFLE)
-    counts: dict[str, int] = {}
-    for batch in counted.groupby("word", num_partitions=num_partitions).sum("count").iter_batches(
-            batch_format="pyarrow", batch_size=None):
-        counts.update(zip(batch["word"].to_pylist(), batch["sum(count)"].to_pylist()))
-    return counts
+    tables = counted.to_arrow_refs()  # one {word, count} table per block, in the object store
+    if not tables:
+        return {}
+    add = ray.remote(sum_word_counts)
+    while len(tables) > 1:
+        tables = [add.remote(*tables[i:i + COUNT_FAN_IN]) for i in range(0, len(tables), COUNT_FAN_IN)]
+    summed = ray.get(tables[0])
+    if len(summed) == 0:
+        return {}
+    summed = summed.sort_by("word")  # one order whatever order the blocks came in
+    return dict(zip(summed["word"].to_pylist(), summed["count"].to_pylist()))
+
+
+def shard_keys(block: pa.Table) -> list[tuple[str, int]]:
+    """The (split, shard) pairs of the rows of one encoded block."""
+    pairs = block.select(["split", "shard"]).group_by(["split", "shard"]).aggregate([])
+    return sorted(zip(pairs["split"].to_pylist(), pairs["shard"].to_pylist()))
+
+
+def write_shard(split: str, shard: int, options: dict, *blocks: pa.Table) -> dict:
+    """Gather the rows of one shard from the blocks that hold some and write it
+    (:func:`dynlm.data.prepared_writer.write_group`); its row for the manifest."""
+    rows = [block.filter(pc.and_(pc.equal(block["split"], split), pc.equal(block["shard"], shard))) for block in blocks]
+    return writer.write_group(pa.concat_tables(rows), **options).to_pylist()[0]
+
+
+def _write_shards(keyed, ray, **options) -> list[dict]:
+    """Encode (the dataset ``keyed``'s blocks, kept in the object store) and write every shard.
+
+    No Ray Data groupby: each shard is written by one Ray task from the blocks that hold its
+    rows (a shard's ids are consecutive and a block's documents come from one stretch of a
+    file, so a handful of blocks), found by a small task per block. The driver holds one
+    reference per block and one small row per shard; a shuffle's intermediate objects, also
+    owned by the driver, made its native heap grow with the corpus
+    (``benchmarks/results/scale_cpu.md``).
+    """
+    blocks = keyed.to_arrow_refs()
+    keys_of, write = ray.remote(shard_keys), ray.remote(write_shard)
+    holders: dict[tuple[str, int], list] = {}
+    for block, keys in zip(blocks, ray.get([keys_of.remote(block) for block in blocks])):
+        for key in keys:
+            holders.setdefault(key, []).append(block)
+    return ray.get([write.remote(split, shard, options, *refs) for (split, shard), refs in sorted(holders.items())])
 
 
 def _run_job(task: Task, cfg, out: Path, shard_root: str, preprocessor: Any | None, ray) -> dict:
-    from ray.data.context import ShuffleStrategy
-
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -102,14 +146,10 @@ def _run_job(task: Task, cfg, out: Path, shard_root: str, preprocessor: Any | No
     encoded = parsed.map_batches(
         task.encoder, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
         compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None)
-    keyed = encoded.map_batches(writer.add_shard_column, fn_kwargs={"shards": writer.shards_per_split(meta)},
+    keyed = encoded.map_batches(writer.add_shard_column, fn_kwargs={"boundaries": writer.shard_boundaries(meta)},
                                 batch_format="pyarrow", batch_size=None)
-    keyed.context.shuffle_strategy = ShuffleStrategy(SHUFFLE)
-    written = keyed.groupby(["split", "shard"]).map_groups(
-        writer.write_group, batch_format="pyarrow",
-        fn_kwargs={"root": shard_path, "filesystem": filesystem, "task": task, "spec": preprocessor.spec})
     faults.kill_point("prepare:encoding")
-    rows = [row for batch in written.iter_batches(batch_format="pyarrow", batch_size=None) for row in batch.to_pylist()]
+    rows = _write_shards(keyed, ray, root=shard_path, filesystem=filesystem, task=task, spec=preprocessor.spec)
     lap("encode_write")
     manifest = writer.finish_folder(out, shard_path, task, cfg, meta, rows, preprocessor, rule=rule,
                                     preprocessor_source=source, filesystem=filesystem)

@@ -10,10 +10,12 @@ same files::
     <folder>/preprocessor.json                     the task's preprocessor
     <folder>/manifest.json                         written last by dynlm.data.publish
 
-A document's shard is a hash of its id modulo the split's shard count (:func:`shard_indices`,
-:func:`shards_per_split`), so a shard is written by the worker that holds its documents
-(:func:`write_group`) and no step gathers or sorts a whole split: the Ray job's driver only
-sees one small row per shard. Same input, same files, byte for byte, on any cluster.
+A split's documents in doc_id order are cut into shards of about :data:`ROWS_PER_SHARD`
+consecutive ids, fixed by the first id of each (:func:`shard_boundaries`, from the small
+metadata rows the driver holds anyway); a worker finds a document's shard from its id alone
+(:func:`shard_indices`), and a shard is written by one worker from the few blocks that hold its
+ids (:func:`write_group`): no step gathers or sorts a whole split, and the Ray job's driver
+only sees one small row per shard. Same input, same files, byte for byte, on any cluster.
 
 The checks every prepare runs on the parsed records are here too: some document was read, no
 doc_id twice, one split rule for all input files.
@@ -21,7 +23,7 @@ doc_id twice, one split rule for all input files.
 
 from __future__ import annotations
 
-import hashlib
+import bisect
 import json
 import math
 import posixpath
@@ -130,31 +132,37 @@ def by_split(encoded: Iterable[pa.Table], schema: pa.Schema) -> dict[str, pa.Tab
 # --- shards: each one written where its documents are, by whoever holds them -----------------
 
 
-def shards_per_split(meta: pa.Table) -> dict[str, int]:
-    """How many shards each split gets: its documents / :data:`ROWS_PER_SHARD`, at least one.
-    From the parsed records' metadata, so it is fixed by the input before anything is encoded."""
+def shard_boundaries(meta: pa.Table) -> dict[str, list[str]]:
+    """The first doc_id of every shard of each split: the split's documents in doc_id order cut
+    into ``ceil(documents / ROWS_PER_SHARD)`` runs of consecutive ids, as equal as can be (a
+    split without documents: one empty shard). From the parsed records' metadata, so it is
+    fixed by the input before anything is encoded; the lists are small (one id per shard)."""
     documents = meta.filter(pc.equal(meta["kind"], "document"))
-    counts = {split: int(pc.sum(pc.equal(documents["split"], split)).as_py() or 0) for split in SPLITS}
-    return {split: max(1, math.ceil(count / ROWS_PER_SHARD)) for split, count in counts.items()}
+    boundaries = {}
+    for split in SPLITS:
+        ids = documents.filter(pc.equal(documents["split"], split))["doc_id"]
+        ordered = ids.take(pc.array_sort_indices(ids)).to_pylist()  # byte order: write_group's order
+        count = len(ordered)
+        shards = max(1, math.ceil(count / ROWS_PER_SHARD))
+        boundaries[split] = [ordered[k * count // shards] for k in range(shards)] if count else [""]
+    return boundaries
 
 
-def shard_indices(doc_ids: Iterable[str], num_shards: int) -> np.ndarray:
-    """The shard of each document: the first 8 bytes of the SHA-1 of its id, modulo
-    ``num_shards``. A worker computes it from the id alone: no step needs a whole split in one
-    place, and the same input gives the same shards on any cluster."""
-    return np.fromiter((int.from_bytes(hashlib.sha1(doc_id.encode("utf-8")).digest()[:8], "big") % num_shards
-                        for doc_id in doc_ids), dtype=np.int64)
+def shard_indices(doc_ids: Iterable[str], boundaries: list[str]) -> np.ndarray:
+    """The shard of each document: the last shard whose first id (``boundaries``, from
+    :func:`shard_boundaries`) is not after its id. A worker computes it from the id alone."""
+    return np.fromiter((max(bisect.bisect_right(boundaries, doc_id) - 1, 0) for doc_id in doc_ids), dtype=np.int64)
 
 
-def add_shard_column(batch: pa.Table, shards: dict[str, int]) -> pa.Table:
+def add_shard_column(batch: pa.Table, boundaries: dict[str, list[str]]) -> pa.Table:
     """``batch`` (encoded rows with their ``split``) with the ``shard`` column each row goes to."""
     index = np.zeros(batch.num_rows, dtype=np.int64)
     splits = batch["split"].to_numpy(zero_copy_only=False)
     doc_ids = batch["doc_id"].to_pylist()
-    for split, num_shards in shards.items():
+    for split, firsts in boundaries.items():
         rows = np.flatnonzero(splits == split)
         if rows.size:
-            index[rows] = shard_indices((doc_ids[i] for i in rows), num_shards)
+            index[rows] = shard_indices((doc_ids[i] for i in rows), firsts)
     return batch.append_column("shard", pa.array(index, pa.int64()))
 
 
@@ -188,7 +196,8 @@ def write_group(group: pa.Table, *, root: str, filesystem: pafs.FileSystem | Non
     return pa.table({"split": [split], "name": [name], "stats": [json.dumps(stats, sort_keys=True)]})
 
 
-def write_split_tables(splits: dict[str, pa.Table], shards: dict[str, int], root: str, task, spec) -> list[dict]:
+def write_split_tables(splits: dict[str, pa.Table], boundaries: dict[str, list[str]], root: str, task,
+                       spec) -> list[dict]:
     """The in-process path's shards: :func:`write_group` on each shard of each split's table."""
     written = []
     for split in SPLITS:
@@ -196,7 +205,7 @@ def write_split_tables(splits: dict[str, pa.Table], shards: dict[str, int], root
         if not table.num_rows:
             continue
         keyed = add_shard_column(table.append_column("split", pa.array([split] * table.num_rows, pa.string())),
-                                 {split: shards[split]})
+                                 {split: boundaries[split]})
         keys = keyed["shard"].to_numpy()
         for index in sorted(set(keys.tolist())):
             group = keyed.filter(pa.array(keys == index))
@@ -248,7 +257,7 @@ def write_folder(out: Path, task, cfg, meta: pa.Table, splits: dict[str, pa.Tabl
                  rule: str, preprocessor_source: str) -> dict:
     """The in-process path: the shards of ``splits`` (whole tables) into ``out``, then
     :func:`finish_folder`. The same files as the Ray job's (tested)."""
-    written = write_split_tables(splits, shards_per_split(meta), str(out), task, preprocessor.spec)
+    written = write_split_tables(splits, shard_boundaries(meta), str(out), task, preprocessor.spec)
     return finish_folder(out, str(out), task, cfg, meta, written, preprocessor, rule=rule,
                          preprocessor_source=preprocessor_source)
 

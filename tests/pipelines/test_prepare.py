@@ -143,7 +143,7 @@ def test_the_ray_free_path_writes_the_same_folder(built, tmp_path, capsys):
 def test_many_shards_are_written_by_the_workers_as_the_ray_free_path_writes_them(ray_session, corpus, tmp_path,
                                                                                 monkeypatch):
     """Four documents a shard on average (``ROWS_PER_SHARD``, read by the driver): the Ray job's
-    workers write several shards per split, each the documents that hash to it, and the folder
+    workers write several shards per split, each a run of consecutive doc ids, and the folder
     is byte-identical to the in-process path's."""
     from dynlm.data import prepared_writer
 
