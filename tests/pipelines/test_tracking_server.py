@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from mlflow import MlflowClient
 from server_process import free_port, mlflow_server_argv, running_server, server_env
 from train_process import (
     committed,
     output_of,
     own_lines,
-    ray_tmp,
     start_train,
-    stop_and_remove,
     wait_until,
 )
 
@@ -25,33 +22,24 @@ from dynlm.data.synth import SynthConfig, write_conll
 from pipelines.cli import main
 
 
-@pytest.fixture
-def own_rays():
-    """The RAY_TMPDIRs of the stopped and the finishing `dynlm train`; what still runs from them
-    is stopped and the folders removed at the end."""
-    folders = [ray_tmp(name) for name in ("server-stopped", "server-back")]
-    yield folders
-    for folder in folders:
-        stop_and_remove(folder)
-
-
-def test_server_stopped_mid_training_loses_nothing(tmp_path, processes, own_rays):
+def test_server_stopped_mid_training_loses_nothing(ray_session, tmp_path, processes):
     """The server stops after epoch 1 is logged and checkpointed: the training goes on to the end
     (checkpoints are Ray's), then ends with one line naming the run and the command to finish
     it; with the server back, that command logs the missing epoch and registers the model.
-    `dynlm train` runs as a process of its own (its tracking client must outlive the server),
-    each with a local Ray of its own: the test runs beside the session's Ray
-    (``scripts/run_tests.sh``), which would otherwise run it alone for 1.5 minutes."""
+    `dynlm train` runs as a process of its own (its tracking client must outlive the server), in
+    the session's Ray (nothing here needs a Ray of its own)."""
     write_conll(SynthConfig(num_documents=24, docs_per_file=12), tmp_path / "synth")
     uri, server_dir = f"http://127.0.0.1:{free_port()}", tmp_path / "server"
     server_dir.mkdir()
     run_dir = tmp_path / "ray" / "gone"
     env = server_env()
     env.pop("MLFLOW_TRACKING_URI", None)
-    stopped_ray, back_ray = own_rays
+    address = ray_session.get_runtime_context().gcs_address
     with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server1.log",
                         env):
-        process = start_train(processes, tmp_path, "gone", stopped_ray, tracking_uri=uri)
+        # one worker: what is checked is the tracking, not DDP (the other tests train with two)
+        process = start_train(processes, tmp_path, "gone", None, "--set", "run.num_workers=1", tracking_uri=uri,
+                              ray_address=address)
         wait_until(process, lambda: committed(run_dir, "epoch_0001"), "epoch 1's checkpoint is committed")
     text = output_of(process, expected_returncode=2)  # the server stopped when the block ended
     assert committed(run_dir, "epoch_0002")  # epoch 2 trained and checkpointed without the server
@@ -62,7 +50,8 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path, processes, own_rays
 
     with running_server(processes, mlflow_server_argv(server_dir, uri), f"{uri}/health", tmp_path / "server2.log",
                         env):
-        text = output_of(start_train(processes, tmp_path, "gone", back_ray, "--resume", tracking_uri=uri))
+        text = output_of(start_train(processes, tmp_path, "gone", None, "--resume", "--set", "run.num_workers=1",
+                                     tracking_uri=uri, ray_address=address))
         assert "[train] registered dynlm-dntm v1" in text, text[-3000:]
         client = MlflowClient(uri, registry_uri=uri)
         run_id = json.loads((run_dir / "dynlm_run.json").read_text())["mlflow_run_id"]
@@ -73,7 +62,7 @@ def test_server_stopped_mid_training_loses_nothing(tmp_path, processes, own_rays
         assert run.info.status == "FINISHED"
         assert [m.step for m in client.get_metric_history(run_id, "valid_ppl")] == [1, 2]  # epoch 2: late
         assert run.data.metrics["epochs_completed"] == 2
-        assert run.data.params["run.num_workers"] == "2"
+        assert run.data.params["run.num_workers"] == "1"
 
 
 def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path, monkeypatch, capsys):

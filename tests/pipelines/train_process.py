@@ -67,10 +67,11 @@ def start_train(processes, tmp: Path, run_name: str, ray_dir: Path | None, *extr
         env[KILL_AT_ENV] = kill_at
     if not tracking_uri.startswith("sqlite:"):
         env.pop("DYNLM_MLFLOW_ARTIFACTS")  # a server keeps its own artifacts
-    args = [sys.executable, "-m", "pipelines.cli", "train", "--tracking-uri", tracking_uri, *extra]
+    args = [sys.executable, "-m", "pipelines.cli", "train", "--tracking-uri", tracking_uri]
     for item in [*TINY, f"data.inputs=[{tmp / 'synth'}]", f"data.output_root={tmp / 'prepared'}",
                  f"run.storage_path={tmp / 'ray'}", f"run.name={run_name}"]:
         args += ["--set", item]
+    args += extra  # after: an extra --set wins over TINY's
     return processes.popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
