@@ -1,15 +1,16 @@
 """The prepare job on Ray Data: any task's stages over input files -> a prepared folder.
 
-Stages (one Ray Dataset flows through them; the text never comes back to the driver)::
+Stages (the text never comes back to the driver)::
 
     read_binary_files(cfg.input_files(), ...)            one row per input file the data config keeps
     map_batches(task.parse_files)                       records with their split + quarantine records
     --- driver: the small columns of every record: checks, one split rule (dynlm/data/split.py) ---
     map_batches(task.count_train), summed by a tree of tasks  counts of the TRAIN split
     --- driver: task.fit_preprocessor(counts), unless a fitted preprocessor is given ---
-    map_batches(task.encoder, ActorPoolStrategy)        each actor loads the preprocessor JSON once
-    map_batches(add_shard_column)                       a document's shard: its doc_id's place among
-                                                        the shards' first ids (shard_boundaries)
+    --- Ray actors and tasks on the parsed blocks (_encode_and_write) ---
+    BlockEncoder actors (data.num_encode_actors)        each loads the preprocessor JSON once, encodes a
+                                                        block and adds each row's shard: its doc_id's
+                                                        place among the shards' first ids (shard_boundaries)
     a Ray task per shard (write_shard)                  the rows of the blocks that hold the shard,
                                                         sorted by doc_id, written straight into the
                                                         folder (local or s3://...): one small row back
@@ -19,7 +20,7 @@ What dynlm keeps in the driver: one metadata row per record (doc_id, split, coun
 the word counts of the train split, one reference per Ray Data block and one row per shard;
 nothing that grows with the tokens of a document. No Ray Data groupby: a shuffle's intermediate
 objects are owned by the driver, and its native heap grew with the corpus (10x from 2 M to 64 M
-tokens, then 1.5x without them: ``benchmarks/results/scale_cpu.md``; issue 41).
+tokens; now 1.16x: ``benchmarks/results/scale_cpu.md``).
 
 Everything around the job (the folder key, reuse, gamma derivation, the atomic publish, the
 files written) is Ray-free and shared with the in-process path: :mod:`dynlm.data.publish`,
@@ -85,6 +86,18 @@ def shard_keys(block: pa.Table) -> list[tuple[str, int]]:
     return sorted(zip(pairs["split"].to_pylist(), pairs["shard"].to_pylist()))
 
 
+class BlockEncoder:
+    """An encode actor: the task's encoder (its preprocessor loaded once) and the shard column."""
+
+    def __init__(self, encoder: type, preprocessor_json: str, boundaries: dict[str, list[str]]):
+        self.encode, self.boundaries = encoder(preprocessor_json=preprocessor_json), boundaries
+
+    def encode_block(self, block: pa.Table) -> tuple[pa.Table, list[tuple[str, int]]]:
+        """(the encoded rows with their ``shard``, the (split, shard) pairs they hold)."""
+        keyed = writer.add_shard_column(self.encode(block), self.boundaries)
+        return keyed, shard_keys(keyed)
+
+
 def write_shard(split: str, shard: int, options: dict, *blocks: pa.Table) -> dict:
     """Gather the rows of one shard from the blocks that hold some and write it
     (:func:`dynlm.data.prepared_writer.write_group`); its row for the manifest."""
@@ -92,22 +105,32 @@ def write_shard(split: str, shard: int, options: dict, *blocks: pa.Table) -> dic
     return writer.write_group(pa.concat_tables(rows), **options).to_pylist()[0]
 
 
-def _write_shards(keyed, ray, **options) -> list[dict]:
-    """Encode (the dataset ``keyed``'s blocks, kept in the object store) and write every shard.
+def _encode_and_write(parsed, encoder: type, preprocessor_json: str, boundaries: dict[str, list[str]],
+                      num_actors: int, ray, **options) -> list[dict]:
+    """Encode every parsed block on ``num_actors`` actors, then write every shard.
 
-    No Ray Data groupby: each shard is written by one Ray task from the blocks that hold its
-    rows (a shard's ids are consecutive and a block's documents come from one stretch of a
-    file, so a handful of blocks), found by a small task per block. The driver holds one
-    reference per block and one small row per shard; a shuffle's intermediate objects, also
-    owned by the driver, made its native heap grow with the corpus
-    (``benchmarks/results/scale_cpu.md``).
+    Ray core, not a Ray Data job: each block goes to an actor (round robin) that returns the
+    encoded block (it stays in the object store) and the small list of shards it holds; each
+    shard is then written by one Ray task from the blocks that hold its rows (a shard's ids are
+    consecutive and a block's documents come from one stretch of a file: a few blocks). The
+    driver holds one reference per block and one small row per shard (a Ray Data groupby, whose
+    shuffle's objects are the driver's, grew it 10x from 2 M to 64 M tokens:
+    ``benchmarks/results/scale_cpu.md``). Encoding as Ray actors rather than a Ray Data job:
+    80 s against 111 s for the 64 M-token build.
     """
-    blocks = keyed.to_arrow_refs()
-    keys_of, write = ray.remote(shard_keys), ray.remote(write_shard)
+    blocks = parsed.to_arrow_refs()  # materialized already: references, nothing executes
+    actor = ray.remote(num_cpus=1)(BlockEncoder)
+    cpus = int(ray.cluster_resources().get("CPU", 0))  # no more actors than CPUs: the rest would wait forever
+    actors = [actor.remote(encoder, preprocessor_json, boundaries) for _ in range(max(1, min(num_actors, cpus)))]
+    returned = [actors[i % len(actors)].encode_block.options(num_returns=2).remote(block)
+                for i, block in enumerate(blocks)]
     holders: dict[tuple[str, int], list] = {}
-    for block, keys in zip(blocks, ray.get([keys_of.remote(block) for block in blocks])):
+    for (encoded, _), keys in zip(returned, ray.get([keys for _, keys in returned])):
         for key in keys:
-            holders.setdefault(key, []).append(block)
+            holders.setdefault(tuple(key), []).append(encoded)
+    for each in actors:  # their CPUs to the writers (the encoded blocks stay in the object store)
+        ray.kill(each)
+    write = ray.remote(write_shard)
     return ray.get([write.remote(split, shard, options, *refs) for (split, shard), refs in sorted(holders.items())])
 
 
@@ -143,13 +166,10 @@ def _run_job(task: Task, cfg, out: Path, shard_root: str, preprocessor: Any | No
         preprocessor, source = task.fit_preprocessor(_train_counts(task, parsed, ray), cfg), "fit on the train split"
         lap("count_and_fit")
     filesystem, shard_path = storage.resolve(shard_root)  # pickled to the workers with its settings
-    encoded = parsed.map_batches(
-        task.encoder, fn_constructor_kwargs={"preprocessor_json": preprocessor.to_json()},
-        compute=ray.data.ActorPoolStrategy(size=cfg.num_encode_actors), batch_format="pyarrow", batch_size=None)
-    keyed = encoded.map_batches(writer.add_shard_column, fn_kwargs={"boundaries": writer.shard_boundaries(meta)},
-                                batch_format="pyarrow", batch_size=None)
     faults.kill_point("prepare:encoding")
-    rows = _write_shards(keyed, ray, root=shard_path, filesystem=filesystem, task=task, spec=preprocessor.spec)
+    rows = _encode_and_write(parsed, task.encoder, preprocessor.to_json(), writer.shard_boundaries(meta),
+                             cfg.num_encode_actors, ray, root=shard_path, filesystem=filesystem, task=task,
+                             spec=preprocessor.spec)
     lap("encode_write")
     manifest = writer.finish_folder(out, shard_path, task, cfg, meta, rows, preprocessor, rule=rule,
                                     preprocessor_source=source, filesystem=filesystem)

@@ -23,20 +23,32 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from dynlm.vocab_spec import SPECIAL_WORDS
 
 UNK_SUBWORD = "<unk>"
-_BATCH = 256  # word types per batch of the trainer's iterator
+# characters per batch of the trainer's iterator: tokenizers buffers up to 256 batches ahead of
+# its Rust workers, so this bounds what the fit holds (64 KiB: 16 MiB buffered at most)
+_BATCH_CHARS = 1 << 16
 
 
 def _word_batches(word_counts: dict[str, int]) -> Iterator[list[str]]:
-    """One string per word type, the word repeated count times with spaces between, in batches:
-    the trainer's whitespace pre-tokenizer splits and counts them in Rust, so it sees the same
-    word counts as from every occurrence fed one by one, at about twice the speed (WikiText-2
-    train x 16, 33M words: 11.8 s -> 5.4 s, the same merges)."""
+    """Each word repeated count times with spaces between, in strings of at most about
+    :data:`_BATCH_CHARS` characters, in batches of about that many: the trainer's whitespace
+    pre-tokenizer splits and counts them in Rust, so it sees the same word counts as from every
+    occurrence fed one by one, at about twice the speed (WikiText-2 train x 16, 33M words:
+    11.8 s -> 5.4 s, the same merges). The memory stays bounded whatever the counts: a frequent
+    word of a large corpus is split over several strings (256 word types a batch, one string
+    each, took the driver of a 64 M-token prepare to 1.5 GB, ``benchmarks/results/scale_cpu.md``)."""
     batch: list[str] = []
+    size = 0
     for word, count in word_counts.items():
-        batch.append((word + " ") * count)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
+        unit = len(word) + 1
+        per_string = max(1, _BATCH_CHARS // unit)
+        while count > 0:
+            repeats = min(count, per_string)
+            batch.append((word + " ") * repeats)
+            size += repeats * unit
+            count -= repeats
+            if size >= _BATCH_CHARS:
+                yield batch
+                batch, size = [], 0
     if batch:
         yield batch
 

@@ -52,3 +52,17 @@ def test_too_many_merges_names_the_maximum():
         SubwordTokenizer.train({"lower": 5, "lowest": 3, "newer": 6, "wider": 2}, 100)
     with pytest.raises(ValueError, match="whitespace"):
         SubwordTokenizer.train({"a b": 1}, 0)
+
+
+def test_the_trainer_sees_the_counts_however_they_are_cut(monkeypatch):
+    """A word's repetitions split over several strings and batches (bounded memory for any
+    count) give the merges of one string per word type."""
+    from dynlm.data import bpe
+
+    counts = {"lower": 700, "lowest": 300, "newer": 650, "wider": 120, "new": 90, "the": 5000}
+    whole = bpe._train_merges(counts, ["<pad>"], 40)
+    monkeypatch.setattr(bpe, "_BATCH_CHARS", 64)  # "the " 16 times a string, 4 strings a batch
+    batches = list(bpe._word_batches(counts))
+    assert len(batches) > 10 and max(len(s) for b in batches for s in b) <= 64
+    assert sum(s.count("the ") for b in batches for s in b) == 5000
+    assert bpe._train_merges(counts, ["<pad>"], 40) == whole
