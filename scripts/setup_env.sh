@@ -35,12 +35,16 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     done
     if [ -n "$local_cpu" ]; then
       echo "[setup] no GPU: installing torch==$TORCH_VERSION (CPU build, local wheel)"
-      $PIP install -q "torch==$TORCH_VERSION"
+      $PIP install -q --no-compile "torch==$TORCH_VERSION"
     else
       echo "[setup] no GPU: installing torch==$TORCH_VERSION from the CPU wheel index"
-      $PIP install -q "torch==$TORCH_VERSION" --index-url "$TORCH_CPU_INDEX"
+      $PIP install -q --no-compile "torch==$TORCH_VERSION" --index-url "$TORCH_CPU_INDEX"
     fi
   fi
 fi
-$PIP install -q -e ".[dev]"
+$PIP install -q --no-compile -e ".[dev]"
+# pip compiles each installed file in one process (~45 s of this script on 2 cores); compileall
+# does it on every core. Compiled files matter: a machine that sets PYTHONDONTWRITEBYTECODE=1
+# (this one does) would otherwise recompile torch and Ray in every process it starts.
+"$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
 echo "$want" > "$stamp"
