@@ -1,9 +1,9 @@
 """Fixed costs of a small pipeline run: what a 24-document test (or a user's first try) pays.
 
 Prints, in one run on one local Ray:
-  prepare   the prepare job twice per word-count shuffle (``pipelines.prepare.SHUFFLE``:
-            Ray 2.60's default hash shuffle, which starts aggregator actors, against the
-            pull-based sort shuffle on pooled task workers): wall and the count-and-fit stage;
+  prepare   the prepare job twice (the first pays the first Ray Data job's start-up): wall and
+            its stages (read+parse, count+fit, encode+write). Until 2026-12-07 this compared
+            the word-count groupby's shuffles; prepare has no groupby any more;
   train     ``run_training`` (2 workers, 3 epochs) with the train split streamed every epoch
             (``run.cache_train_split=never``) and cached once in the object store (``always``):
             seconds of each epoch's training pass and the whole run's wall;
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 LITBANK = Path(__file__).resolve().parents[2] / "shared" / "data" / "litbank" / "conll"
-SHUFFLES = ("hash_shuffle", "sort_shuffle_pull_based")
 
 
 def corpus(kind: str, folder: Path, docs: int) -> Path:
@@ -190,19 +189,18 @@ def main() -> None:
     inputs = corpus(args.corpus, folder, args.docs)
 
     print(f"corpus: {args.corpus}, {args.docs} documents; 2 CPUs, one local Ray\n")
-    print("| prepare: word-count shuffle | try | wall s | count+fit s |")
-    print("|---|---|---|---|")
+    print("| prepare try | wall s | read+parse s | count+fit s | encode+write s |")
+    print("|---|---|---|---|---|")
     prepared = None
     merges = 30
-    for shuffle in SHUFFLES:
-        prepare_module.SHUFFLE = shuffle
-        for attempt in (1, 2):
-            merges += 1  # another folder every time: nothing reused
-            job = job_for(inputs, folder, f"data.bpe_merges={merges}")
-            started = time.perf_counter()
-            prepared = prepare_module.prepare(job.data, progress=False)
-            timings = prepared.manifest["timings_s"]
-            print(f"| {shuffle} | {attempt} | {time.perf_counter() - started:.1f} | {timings['count_and_fit']:.1f} |")
+    for attempt in (1, 2):
+        merges += 1  # another folder every time: nothing reused
+        job = job_for(inputs, folder, f"data.bpe_merges={merges}")
+        started = time.perf_counter()
+        prepared = prepare_module.prepare(job.data, progress=False)
+        timings = prepared.manifest["timings_s"]
+        print(f"| {attempt} | {time.perf_counter() - started:.1f} | {timings['read_parse']:.1f} | "
+              f"{timings['count_and_fit']:.1f} | {timings['encode_write']:.1f} |")
 
     print("\n| train split | epoch 1 s | epoch 2 s | epoch 3 s | run wall s |")
     print("|---|---|---|---|---|")

@@ -45,6 +45,7 @@ fi
 $PIP install -q --no-compile -e ".[dev]"
 # pip compiles each installed file in one process (~45 s of this script on 2 cores); compileall
 # does it on every core. Compiled files matter: a machine that sets PYTHONDONTWRITEBYTECODE=1
-# (this one does) would otherwise recompile torch and Ray in every process it starts.
+# (this one does) would otherwise recompile torch and Ray in every process it starts. A file
+# that does not compile (a package's Python-2 test data) is skipped, as pip skips it.
 "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
 echo "$want" > "$stamp"

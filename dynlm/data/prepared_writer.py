@@ -13,8 +13,8 @@ same files::
 A split's documents in doc_id order are cut into shards of about :data:`ROWS_PER_SHARD`
 consecutive ids, fixed by the first id of each (:func:`shard_boundaries`, from the small
 metadata rows the driver holds anyway); a worker finds a document's shard from its id alone
-(:func:`shard_indices`), and a shard is written by one worker from the few blocks that hold its
-ids (:func:`write_group`): no step gathers or sorts a whole split, and the Ray job's driver
+(:func:`shard_indices`), and a shard is written by one worker from the blocks that hold its ids
+(:func:`write_group`): no step gathers or sorts a whole split, and the Ray job's driver
 only sees one small row per shard. Same input, same files, byte for byte, on any cluster.
 
 The checks every prepare runs on the parsed records are here too: some document was read, no
@@ -186,7 +186,7 @@ def write_group(group: pa.Table, *, root: str, filesystem: pafs.FileSystem | Non
     """Write the rows of one shard (one ``split`` and ``shard`` value), sorted by doc_id, and
     return what the driver keeps of it: one row of split, file name, documents and the task's
     :meth:`~dynlm.tasks.base.Task.shard_stats` (JSON). The Ray job runs it per group
-    (``groupby(["split", "shard"]).map_groups``), the in-process path per shard too."""
+    (``pipelines.prepare.write_shard``, one Ray task per shard), the in-process path per shard too."""
     split, index = group["split"][0].as_py(), int(group["shard"][0].as_py())
     rows = group.drop_columns(["split", "shard"]).sort_by([("doc_id", "ascending")])
     name = shard_name(split, index)

@@ -2,7 +2,7 @@
 
 :func:`count_train_words` takes :data:`dynlm.data.parse_stage.PARSED_SCHEMA` rows and returns a
 ``{word, count}`` table for the train documents of the batch; the caller sums the tables per
-word (a Ray groupby in the prepare job, a ``Counter`` without Ray). Entity tokens are excluded.
+word (a tree of Ray tasks in the prepare job, ``pipelines.prepare._train_counts``; a ``Counter`` without Ray). Entity tokens are excluded.
 """
 
 from __future__ import annotations
