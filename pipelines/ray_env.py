@@ -47,6 +47,13 @@ LOCAL_RAY_ENV = {
     # only a cluster's autoscaler sends.
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 }
+#: Ray keeps at most ``num_workers_soft_limit`` worker processes (its default: the node's CPUs),
+#: counting actors, and kills idle task workers above it after a second. A training on a small
+#: local Ray has ~10 actors alive (controller, workers, Ray Train's helpers), so every idle task
+#: worker died and the next read task, or the next actor, started a new process (~2 CPU-s each,
+#: twice per training on 2 cores). A local Ray started here keeps this many more.
+IDLE_WORKERS_KEPT = 4
+SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
 
 DRIVER_FILE = "dynlm_driver.json"  # in a local Ray's session folder: the dynlm driver that started it
 _SESSION_DIR = re.compile(r"^(.*/session_[0-9_-]+)(/|$)")  # <temp dir>/ray/session_<date>_<time>_<n>_<pid>
@@ -215,7 +222,7 @@ def start_local_ray(*, reap: bool = True, **init_kwargs):
 
     if reap:
         reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
-    export_local_ray_env()
+    export_local_ray_env(init_kwargs.get("num_cpus"))
     context = ray.init(address="local", **init_kwargs)  # never the recorded (stale) cluster
     _STARTED_HERE[context.address_info["gcs_address"]] = context.address_info["session_dir"]
     record_driver(context.address_info["session_dir"])
@@ -232,9 +239,16 @@ def cluster_cpus() -> tuple[float, float]:
     return float(ray.cluster_resources().get("CPU", 0.0)), float(largest)
 
 
-def export_local_ray_env() -> None:
-    """Export :data:`LOCAL_RAY_ENV` (where not set) before a local ``ray.init`` in this process."""
-    for key, value in LOCAL_RAY_ENV.items():
+def local_ray_env(num_cpus: float | None = None) -> dict[str, str]:
+    """:data:`LOCAL_RAY_ENV` plus the worker soft limit of a local Ray with ``num_cpus`` CPUs
+    (None: this machine's): :data:`IDLE_WORKERS_KEPT` above Ray's default."""
+    cpus = int(num_cpus) if num_cpus is not None else (os.cpu_count() or 1)
+    return {**LOCAL_RAY_ENV, SOFT_LIMIT_ENV: str(cpus + IDLE_WORKERS_KEPT)}
+
+
+def export_local_ray_env(num_cpus: float | None = None) -> None:
+    """Export :func:`local_ray_env` (where not set) before a local ``ray.init`` in this process."""
+    for key, value in local_ray_env(num_cpus).items():
         os.environ.setdefault(key, value)
 
 

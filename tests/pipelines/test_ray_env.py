@@ -44,15 +44,18 @@ def test_an_address_file_naming_another_live_cluster_is_left_alone(ray_session, 
 
 
 def test_a_local_ray_gets_dynlm_settings_unless_the_user_set_them(monkeypatch):
-    from pipelines.ray_env import LOCAL_RAY_ENV, export_local_ray_env
+    from pipelines.ray_env import export_local_ray_env, local_ray_env
 
-    for key in LOCAL_RAY_ENV:
+    for key in local_ray_env(2):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "8")  # the user's value
-    export_local_ray_env()
-    assert LOCAL_RAY_ENV == {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+    export_local_ray_env(2)
+    assert local_ray_env(2) == {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                                "RAY_num_workers_soft_limit": "6"}  # 2 CPUs + 4 idle workers kept
     assert os.environ["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "8"
     assert os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+    assert os.environ["RAY_num_workers_soft_limit"] == "6"
+    assert local_ray_env(None)["RAY_num_workers_soft_limit"] == str(os.cpu_count() + 4)
 
 
 def test_the_session_ray_was_started_here_and_marked_as_this_driver(ray_session):

@@ -57,12 +57,23 @@ def mlflow_module_uri(tmp_path_factory, empty_mlflow_db):
             os.environ[key] = value
 
 
+def _split_coordinators() -> int:
+    """Ray Data split-coordinator actors the session's Ray has started (dead ones included):
+    one per training whose train split Ray Train streams (``streaming_split``)."""
+    from ray.util.state import list_actors
+
+    return sum(a.class_name == "SplitCoordinator" for a in list_actors(limit=10_000, raise_on_missing_output=False))
+
+
 @pytest.fixture(scope="module")
 def baseline(corpus, mlflow_module_uri):
     from pipelines.train import run_training
 
     tmp, prepared = corpus
-    return run_training(_job(tmp, prepared.root, "run.name=baseline", "run.system_metrics_s=0.5"), prepared)
+    coordinators = _split_coordinators()
+    result = run_training(_job(tmp, prepared.root, "run.name=baseline", "run.system_metrics_s=0.5"), prepared)
+    result.split_coordinators_started = _split_coordinators() - coordinators  # checked by the first test
+    return result
 
 
 def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri):
@@ -88,6 +99,9 @@ def test_two_workers_learn_and_stay_in_sync(baseline, corpus, mlflow_module_uri)
     assert caches_train_split(RunSettings(), prepared)
     assert caches_train_split(RunSettings(cache_train_split="always"), prepared)
     assert not caches_train_split(RunSettings(cache_train_split="never"), prepared)
+    # ... and cut once on the driver into one part per rank: no split coordinator (a new actor
+    # process in every training) starts (the streamed path: the dynamical model's test below)
+    assert baseline.split_coordinators_started == 0
     # the validation metrics cover the whole valid split (summed over ranks)
     assert history[0]["valid_tokens"] == sum(
         sum(n - 1 for n in row["sentence_lengths"]) for row in prepared.iter_rows("valid"))
@@ -231,7 +245,9 @@ def test_uneven_shards_run_in_lockstep_without_hanging(corpus, tmp_path):
 def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_module_uri, capsys):
     """The meta-learned dynamical LM goes through the same pipeline as the other models: 2 DDP
     workers (autograd.grad inside the forward), an MLflow run, the registry, and `dynlm evaluate`
-    of ``models:/dynlm-dynamical@champion``."""
+    of ``models:/dynlm-dynamical@champion``. Its train split is streamed from the Parquet files
+    every epoch (``run.cache_train_split=never``, what a split too large for the object store
+    gets): Ray Train's ``streaming_split`` hands each rank its shard."""
     from mlflow import MlflowClient
 
     from pipelines.cli import main
@@ -240,9 +256,14 @@ def test_dynamical_model_trains_registers_and_evaluates_by_alias(corpus, mlflow_
     tmp, prepared = corpus
     job = _job(tmp, prepared.root, "run.name=dynamical", "run.register=true", "train.epochs=2",
                "model.type=dynamical", "model.embedding=word", "model.dynamical.fast_params=[output]",
-               "model.dynamical.segment_len=8", "model.dynamical.unroll_steps=2")
+               "model.dynamical.segment_len=8", "model.dynamical.unroll_steps=2", "run.cache_train_split=never")
+    coordinators = _split_coordinators()
     result = run_training(job, prepared)
+    assert _split_coordinators() > coordinators  # streamed through Ray Train's split
     assert [r["epoch"] for r in result.history] == [1, 2]
+    for record in result.history:  # every document once per epoch but the equal split's remainder
+        assert record["train_documents"] + record["train_documents_dropped"] == prepared.num_documents("train")
+        assert 0 <= record["train_documents_dropped"] < 2
     assert all(math.isfinite(r["valid_ppl"]) for r in result.history)
     assert result.param_checksums[0] == result.param_checksums[1]  # DDP kept theta and phi in sync
     assert result.model_version is not None
