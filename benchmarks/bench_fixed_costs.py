@@ -14,6 +14,13 @@ Prints, in one run on one local Ray:
             preemption watcher): prepare, then three 2-worker 1-epoch trainings; wall of each,
             the actors Ray started, and the machine's busy CPU-seconds over the whole child
             (Ray included; run it on a quiet machine).
+  processes ``--processes [--against PATH]``: a fresh local Ray (dynlm's settings), prepare, one
+            warm-up training, then two 2-worker 1-epoch trainings while every process of the
+            machine is sampled from /proc every 0.1 s: wall per training, and per process kind
+            (Ray's process title: ``ray::TrainController``, ``ray::IDLE``, ...) the processes
+            started and the CPU-seconds spent. With ``--against PATH`` (a checkout of another
+            commit, e.g. ``git worktree add /tmp/base HEAD~1``), PATH's code and this checkout's
+            run alternately, twice each, in one command.
 
 Usage::
 
@@ -21,6 +28,7 @@ Usage::
     .venv/bin/python benchmarks/bench_fixed_costs.py --corpus litbank  # 24 LitBank documents
     .venv/bin/python benchmarks/bench_fixed_costs.py --poll            # the poll interval only
     .venv/bin/python benchmarks/bench_fixed_costs.py --local-env       # Ray's settings vs dynlm's
+    .venv/bin/python benchmarks/bench_fixed_costs.py --processes --against /tmp/base  # what each process costs
 
 The LitBank documents are real (ragged sentences, long chains); read from ``../shared/data``.
 """
@@ -28,6 +36,8 @@ The LitBank documents are real (ragged sentences, long chains); read from ``../s
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import tempfile
 import time
@@ -110,13 +120,13 @@ def local_env_child(settings: str, corpus_kind: str, docs: int) -> None:
     from ray.util.state import list_actors
 
     from pipelines.prepare import prepare
-    from pipelines.ray_env import LOCAL_RAY_ENV, claim_address_file, export_local_ray_env
+    from pipelines.ray_env import claim_address_file, export_local_ray_env, local_ray_env
     from pipelines.train import run_training
 
-    for key in LOCAL_RAY_ENV:
+    for key in local_ray_env(2):
         os.environ.pop(key, None)
     if settings == "dynlm":
-        export_local_ray_env()
+        export_local_ray_env(2)
     folder = Path(tempfile.mkdtemp(prefix="bench-env-"))
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
     os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(folder / "artifacts")
@@ -155,6 +165,124 @@ def local_env(corpus_kind: str, docs: int) -> None:
         print(f"{_busy_cpu_seconds() - busy:.0f} | {time.perf_counter() - started:.0f} |", flush=True)
 
 
+def _process_kind(pid: int) -> str | None:
+    """A process's kind: Ray's title (``ray::TrainController``, ``ray::IDLE``), a Ray daemon's
+    name, or ``driver``/``other``; None when it is gone."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    if not command.strip():  # a zombie, or not yet exec'd
+        return None
+    if "ray::" in command:  # ray::Class.method while an actor runs a method: the class
+        return command[command.index("ray::"):].split(" ")[0].split(".")[0]
+    for daemon in ("raylet", "gcs_server", "dashboard", "log_monitor", "default_worker", "runtime_env"):
+        if daemon in command:
+            return daemon
+    return "driver" if pid == os.getpid() else "other"
+
+
+def _telling(kind: str) -> int:
+    """How much a process kind says: an actor's or task's title > ``ray::IDLE`` > the rest."""
+    return 2 if kind.startswith("ray::") and kind != "ray::IDLE" else 1 if kind == "ray::IDLE" else 0
+
+
+def _cpu_seconds() -> dict[int, float]:
+    """pid -> user + system CPU-seconds of every process now."""
+    tick, found = os.sysconf("SC_CLK_TCK"), {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def processes_child(corpus_kind: str, docs: int) -> None:
+    """Prepare, one warm-up training, then two trainings sampled from /proc (module doc)."""
+    import collections
+    import contextlib
+    import io
+    import threading
+
+    import ray
+
+    from pipelines.prepare import prepare
+    from pipelines.ray_env import start_local_ray
+    from pipelines.train import run_training
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-proc-"))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    os.environ["DYNLM_MLFLOW_ARTIFACTS"] = str(folder / "artifacts")
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    inputs = corpus(corpus_kind, folder, docs)
+    with contextlib.redirect_stdout(io.StringIO()):  # prepare's summary, the trainings' epoch lines
+        prepared = prepare(job_for(inputs, folder).data, progress=False)
+        run_training(job_for(inputs, folder, "train.epochs=1", "run.name=warm-up"), prepared)
+    before, kinds, last, done = _cpu_seconds(), {}, {}, threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for pid, cpu in _cpu_seconds().items():
+                if pid not in before:  # the most telling title seen: a pooled worker is ray::IDLE before it runs an actor
+                    kind = _process_kind(pid)
+                    if kind and (pid not in kinds or _telling(kind) > _telling(kinds[pid])):
+                        kinds[pid] = kind
+                last[pid] = cpu
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    walls = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        for attempt in range(2):
+            started = time.perf_counter()
+            run_training(job_for(inputs, folder, "train.epochs=1", f"run.name=measured-{attempt}"), prepared)
+            walls.append(time.perf_counter() - started)
+    done.set()
+    sampler.join()
+    started_by_kind, cpu_by_kind = collections.Counter(), collections.Counter()
+    for pid, cpu in last.items():
+        kind = kinds.get(pid) or _process_kind(pid) or "gone"
+        started_by_kind[kind] += pid not in before
+        cpu_by_kind[kind] += cpu - before.get(pid, 0.0)
+    row = {"walls": walls, "processes": dict(started_by_kind),
+           "cpu": {k: round(v, 2) for k, v in cpu_by_kind.items() if v >= 0.05}}
+    print("RESULT " + json.dumps(row), flush=True)
+    ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def processes(corpus_kind: str, docs: int, against: str | None) -> None:
+    import subprocess
+    import sys
+
+    here = str(Path(__file__).resolve().parents[1])
+    checkouts = [against, here, against, here] if against else [here]
+    rows = []
+    for checkout in checkouts:
+        commit = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        env = {**os.environ, "PYTHONPATH": checkout}  # the driver and (through it) Ray's workers
+        out = subprocess.run([sys.executable, __file__, "--corpus", corpus_kind, "--docs", str(docs),
+                              "--processes-child"], env=env, cwd=checkout, capture_output=True, text=True,
+                             check=True).stdout
+        row = json.loads(out.split("RESULT ", 1)[1])
+        rows.append((commit, row))
+        print(f"{commit}: trainings {' / '.join(f'{w:.1f}' for w in row['walls'])} s, "
+              f"{sum(row['cpu'].values()):.0f} CPU-s", flush=True)
+    kinds = sorted({k for _, row in rows for k in row["cpu"]}, key=lambda k: -max(r["cpu"].get(k, 0) for _, r in rows))
+    print(f"\ncorpus: {corpus_kind}, {docs} documents; two 2-worker 1-epoch trainings per column (after a warm-up)\n")
+    print("| process kind | " + " | ".join(f"{c} (run {i + 1}): started, CPU-s" for i, (c, _) in enumerate(rows)) + " |")
+    print("|---|" + "---|" * len(rows))
+    print("| wall of the two trainings, s | " + " | ".join(f"{sum(r['walls']):.1f}" for _, r in rows) + " |")
+    print("| all processes, CPU-s | " + " | ".join(f"{sum(r['cpu'].values()):.1f}" for _, r in rows) + " |")
+    for kind in kinds:
+        print(f"| {kind} | " + " | ".join(f"{r['processes'].get(kind, 0)}, {r['cpu'].get(kind, 0.0):.1f}"
+                                          for _, r in rows) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=("synth", "litbank"), default="synth")
@@ -162,7 +290,14 @@ def main() -> None:
     parser.add_argument("--poll", action="store_true", help="only the bare fits with both poll intervals")
     parser.add_argument("--local-env", action="store_true", help="only Ray's settings against LOCAL_RAY_ENV")
     parser.add_argument("--local-env-child", choices=("ray", "dynlm"), help=argparse.SUPPRESS)
+    parser.add_argument("--processes", action="store_true", help="only the CPU of every process kind in two trainings")
+    parser.add_argument("--against", help="--processes: a checkout of another commit, run alternately with this one")
+    parser.add_argument("--processes-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.processes:
+        return processes(args.corpus, args.docs, args.against)
+    if args.processes_child:
+        return processes_child(args.corpus, args.docs)
     if args.local_env:
         return local_env(args.corpus, args.docs)
     if args.local_env_child:

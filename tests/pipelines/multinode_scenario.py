@@ -60,13 +60,17 @@ def main(out: Path, store: str) -> dict:
     from pipelines.train import run_training
 
     repo = Path(__file__).resolve().parents[2]
+    began = time.time()
+    phases: dict[str, float] = {}  # seconds from the start to the end of each phase (printed by the test)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": NODE_CPUS, "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port()})
     worker = cluster.add_node(num_cpus=NODE_CPUS, dashboard_agent_listen_port=free_port())
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
-    report: dict = {"head": cluster.head_node.node_id, "worker": worker.node_id, "epochs_expected": EPOCHS}
+    report: dict = {"head": cluster.head_node.node_id, "worker": worker.node_id, "epochs_expected": EPOCHS,
+                    "phases_s": phases}
+    phases["cluster_up"] = round(time.time() - began, 1)
     try:
         write_conll(SynthConfig(num_documents=60, docs_per_file=20), out / "synth")
         storage = f"{store}/ray-storage"
@@ -80,6 +84,7 @@ def main(out: Path, store: str) -> dict:
                     "tracking_uri": f"sqlite:///{out / 'mlflow.db'}"},
         })
         prepared = prepare(job.data, progress=False)
+        phases["prepared"] = round(time.time() - began, 1)
         outcome: dict = {}
 
         def train():
@@ -94,13 +99,16 @@ def main(out: Path, store: str) -> dict:
         deadline = time.time() + 150
         while not committed_checkpoints(run_dir) and thread.is_alive() and time.time() < deadline:
             time.sleep(0.2)
+        phases["first_checkpoint"] = round(time.time() - began, 1)
         report["checkpoints_before_kill"] = committed_checkpoints(run_dir)
         report["finished_before_kill"] = not thread.is_alive()
         cluster.remove_node(worker, allow_graceful=False)  # the worker node dies mid-run
         report["killed_at_s"] = time.time()
         replacement = cluster.add_node(num_cpus=NODE_CPUS, dashboard_agent_listen_port=free_port())
         report["replacement"] = replacement.node_id
+        phases["replaced"] = round(time.time() - began, 1)
         thread.join(timeout=RECOVERY_S)
+        phases["trained"] = round(time.time() - began, 1)
         if "error" in outcome or "result" not in outcome:
             report["error"] = outcome.get("error", f"training did not finish in {RECOVERY_S} s after the node was replaced")
             return report

@@ -24,6 +24,7 @@ def test_two_nodes_survive_losing_one(tmp_path, processes, s3_bucket):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     report = json.loads(lines[-1][len("RESULT "):])
+    print(f"phases (s from the start): {report['phases_s']}")  # shown with -rP; where the minutes go
     assert "error" not in report, report
 
     head, worker, replacement = report["head"], report["worker"], report["replacement"]
