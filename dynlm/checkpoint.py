@@ -9,6 +9,7 @@ Python values (dict, list, str, int, float, bool, None).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,21 +51,32 @@ def save(path: str | Path, model: nn.Module, model_cfg, spec, extra: dict | None
     Returns:
         The path written.
     """
-    _check_plain(dict(extra or {}), "")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(_payload(model, model_cfg, spec, extra, task), tmp)
+    tmp.replace(path)
+    return path
+
+
+def to_bytes(model: nn.Module, model_cfg, spec, *, task: str = DEFAULT_TASK) -> bytes:
+    """The checkpoint :func:`save` writes, as bytes (no extra): what a process sends another
+    that must rebuild the model (:func:`load_bytes`; e.g. into Ray's object store for scoring actors)."""
+    buffer = io.BytesIO()
+    torch.save(_payload(model, model_cfg, spec, None, task), buffer)
+    return buffer.getvalue()
+
+
+def _payload(model: nn.Module, model_cfg, spec, extra: dict | None, task: str) -> dict:
+    _check_plain(dict(extra or {}), "")
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    payload = {
+    return {
         "task": task,
         "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         "model_config": model_cfg.to_dict(),
         "vocab_spec": spec.to_dict(),
         "extra": dict(extra or {}),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-    return path
 
 
 @dataclass
@@ -80,10 +92,19 @@ class Loaded:
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Loaded:
     """Rebuild the model of a checkpoint written by :func:`save`, through its task."""
-    payload = torch.load(Path(path), map_location=map_location, weights_only=True)
+    return _rebuild(torch.load(Path(path), map_location=map_location, weights_only=True), str(path), map_location)
+
+
+def load_bytes(data: bytes, map_location: str | torch.device = "cpu") -> Loaded:
+    """Rebuild the model of :func:`to_bytes`'s bytes (``weights_only=True``, like a file)."""
+    return _rebuild(torch.load(io.BytesIO(data), map_location=map_location, weights_only=True), "checkpoint bytes",
+                    map_location)
+
+
+def _rebuild(payload: dict, source: str, map_location) -> Loaded:
     missing = {"task", "state_dict", "model_config", "vocab_spec", "extra"} - set(payload)
     if missing:
-        raise ValueError(f"{path}: not a dynlm checkpoint (missing {sorted(missing)})")
+        raise ValueError(f"{source}: not a dynlm checkpoint (missing {sorted(missing)})")
     task = get_task(payload["task"])
     model_cfg = task.model_config.from_dict(payload["model_config"])
     spec = task.spec_class.from_dict(payload["vocab_spec"])

@@ -89,6 +89,9 @@ class RetrainConfig(Config):
         experiment: MLflow experiment of the retrain runs.
         tracking_uri: None: ``$MLFLOW_TRACKING_URI``, else ./mlflow.db.
         validation_batch_size: documents per evaluation batch.
+        validation_scoring: ``auto`` scores a prepared validation split larger than
+            :data:`pipelines.scoring.RAY_SCORING_MIN_BYTES` as a Ray Data job (the same metrics
+            as in this process), ``always``/``never`` force it (raw files: always in this process).
         fail_before_promote: fault injection (tests): die right before the alias would move.
     """
 
@@ -102,6 +105,7 @@ class RetrainConfig(Config):
     experiment: str = "dynlm-retrain"
     tracking_uri: str | None = None
     validation_batch_size: int = 8
+    validation_scoring: Literal["auto", "always", "never"] = "auto"
     fail_before_promote: bool = False
 
     def validate(self) -> None:
@@ -116,7 +120,7 @@ class RetrainConfig(Config):
     def key_dict(self) -> dict:
         """The settings that change the outcome (not where files go, not fault injection)."""
         data = self.to_dict()
-        for name in ("fail_before_promote", "tracking_uri"):
+        for name in ("fail_before_promote", "tracking_uri", "validation_scoring"):
             data.pop(name)
         for name in ("output_root", "num_encode_actors"):
             data["data"].pop(name)
@@ -198,6 +202,27 @@ def validation_ppl(task, model, model_cfg, spec, rows: list[dict], batch_size: i
     """The task's primary metric of ``model`` on encoded rows, read as ``dynlm evaluate`` reads them."""
     model.eval()
     return float(task.evaluate_documents(model, model_cfg, rows, spec, batch_size)[task.primary_metric])
+
+
+def validation_metric(validation: str, task, model, model_cfg, spec, preprocessor, data_cfg, batch_size: int,
+                      scoring: str = "auto") -> float:
+    """The task's primary metric of ``model`` on the fixed validation documents: a prepared valid
+    split scored as a Ray Data job when ``scoring`` says so (``auto``: larger than
+    :data:`pipelines.scoring.RAY_SCORING_MIN_BYTES`; as ``dynlm evaluate`` scores it, the same
+    metrics), anything else in this process (:func:`validation_rows`, :func:`validation_ppl`)."""
+    from pipelines.scoring import score_split, scores_on_ray
+
+    if is_prepared(validation):
+        prepared = PreparedData.open(validation)
+        if prepared.preprocessor.to_json() == preprocessor.to_json() and scores_on_ray(scoring, prepared, "valid"):
+            from pipelines.ray_env import cluster_cpus
+
+            model.eval()
+            metrics, _ = score_split(task, model, model_cfg, spec, prepared, "valid", batch_size=batch_size,
+                                     actors=max(1, int(cluster_cpus()[0]) - 1))
+            return float(metrics[task.primary_metric])
+    return validation_ppl(task, model, model_cfg, spec, validation_rows(validation, task, preprocessor, data_cfg),
+                          batch_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,12 +350,10 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     challenger, challenger_cfg, challenger_spec, _ = dynlm_checkpoint.load(
         find_checkpoint_file(trained.best_checkpoint_dir))
     val_hash = validation_hash(cfg.validation, job.data)
-    champion_ppl = validation_ppl(task, champion_model, champion_cfg, champion_spec,
-                                  validation_rows(cfg.validation, task, champion_pre, job.data),
-                                  cfg.validation_batch_size)
-    challenger_ppl = validation_ppl(task, challenger, challenger_cfg, challenger_spec,
-                                    validation_rows(cfg.validation, task, prepared.preprocessor, job.data),
-                                    cfg.validation_batch_size)
+    champion_ppl = validation_metric(cfg.validation, task, champion_model, champion_cfg, champion_spec, champion_pre,
+                                     job.data, cfg.validation_batch_size, cfg.validation_scoring)
+    challenger_ppl = validation_metric(cfg.validation, task, challenger, challenger_cfg, challenger_spec,
+                                       prepared.preprocessor, job.data, cfg.validation_batch_size, cfg.validation_scoring)
     tracking.set_tags(run_id, {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
                                "validation_hash": val_hash, "challenger_run_id": trained.run_id,
                                "challenger_data_hash": job.data.data_hash()}, tracking_uri=uri)

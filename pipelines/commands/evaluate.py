@@ -4,6 +4,12 @@ The model is a registry/run URI (``models:/dynlm-dntm@champion``, ``runs:/<id>/m
 checkpoint (a folder holding ``model.pt``, or the file). The data is a prepared folder (one of
 its splits, which must have been encoded with the model's own preprocessor) or raw corpus files
 and folders (read, anonymized and encoded here with the model's preprocessor; local paths).
+
+A prepared split larger than a few million tokens is scored as a Ray Data job (``--ray-scoring
+auto``, :mod:`pipelines.scoring`): actors that load the model once each, GPU actors with
+``--use-gpu``, on the cluster ``dynlm`` joins or a local Ray; the command's process adds up the
+metric sums only. A smaller split, and raw files, are read and scored in this process.
+``--dynamic-eval`` adapts the weights document after document: it reads the documents here.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ examples:
   dynlm evaluate --model runs/ray/dntm-2026/checkpoint_000003 --data corpus/test/ --format conll
   dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval
   dynlm evaluate --model models:/dynlm-rnn@champion --data runs/prepared/<hash> --dynamic-eval --eta 1e-3 --lam 2e-3
+  dynlm evaluate --model models:/dynlm-dntm@champion --data s3://bucket/prepared/<hash> --ray-scoring always --use-gpu
 """
 
 def register(subparsers) -> None:
@@ -41,6 +48,13 @@ def register(subparsers) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="data_overrides",
                         help="raw files: override a setting of the task's data config (repeatable)")
     parser.add_argument("--batch-size", type=int, default=16, help="documents per batch")
+    parser.add_argument("--ray-scoring", choices=("auto", "always", "never"), default="auto",
+                        help="score a prepared split as a Ray Data job: auto (default) when it is larger "
+                             "than a few million tokens (pipelines/scoring.py), always, or never (in this process)")
+    parser.add_argument("--score-actors", type=int, default=None,
+                        help="Ray scoring: model actors (default: one per GPU with --use-gpu, else the "
+                             "cluster's CPUs less one, at least 1)")
+    parser.add_argument("--use-gpu", action="store_true", help="Ray scoring: one GPU per actor")
     parser.add_argument("--dynamic-eval", action="store_true",
                         help="also evaluate with dynamic evaluation (Krause et al., 2018); needs a "
                              "prepared folder for the gradient statistics (its train split)")
@@ -228,6 +242,32 @@ def dynamic_eval_text(result: dict, eta_auto: bool) -> str:
     return "\n".join(text)
 
 
+def score_on_ray(args: argparse.Namespace, task, torch_model, model_cfg, spec, prepared, split: str):
+    """``(metrics, documents, how)`` of ``split`` scored as a Ray Data job (:mod:`pipelines.scoring`)
+    on the Ray ``dynlm`` reaches (:func:`pipelines.ray_env.init_ray`)."""
+    import contextlib
+
+    import ray
+
+    from pipelines.ray_env import cluster_cpus, init_ray
+    from pipelines.scoring import score_split
+
+    with contextlib.redirect_stdout(sys.stderr):  # --json: stdout holds the JSON object alone
+        init_ray()
+    if args.use_gpu:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        if gpus == 0:
+            raise ConfigError("evaluate --use-gpu: this Ray cluster has no GPU")
+        actors = args.score_actors or gpus
+    else:
+        actors = args.score_actors or max(1, int(cluster_cpus()[0]) - 1)
+    if actors < 1:
+        raise ConfigError(f"evaluate --score-actors must be at least 1, got {actors}")
+    metrics, documents = score_split(task, torch_model, model_cfg, spec, prepared, split, batch_size=args.batch_size,
+                                     actors=actors, use_gpu=args.use_gpu)
+    return metrics, documents, f"Ray Data, {actors} {'GPU' if args.use_gpu else 'CPU'} actor(s)"
+
+
 def run(args: argparse.Namespace) -> int:
     from pipelines.tracking import json_safe
 
@@ -237,28 +277,40 @@ def run(args: argparse.Namespace) -> int:
     task, torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
     if args.dynamic_eval and task.name != "lm":
         raise ConfigError(f"evaluate --dynamic-eval: the LM task's models only, not {task.name!r}")
-    prepared = None
+    prepared, metrics, scored_on = None, None, "this process"
     if is_prepared_folder(args.data):
+        from pipelines.scoring import scores_on_ray
+
         prepared = open_prepared(args.data[0], spec, preprocessor)
         split = args.split or "test"
-        rows = list(prepared.iter_rows(split))
         source = f"{prepared.root} [{split}]"
+        if args.use_gpu and args.ray_scoring == "never":
+            raise ConfigError("evaluate: --use-gpu scores on Ray's GPU actors; drop --ray-scoring never")
+        if scores_on_ray("always" if args.use_gpu else args.ray_scoring, prepared, split):
+            metrics, num_documents, scored_on = score_on_ray(args, task, torch_model, model_cfg, spec, prepared, split)
+        rows = list(prepared.iter_rows(split)) if metrics is None or args.dynamic_eval else None
     else:
         if args.split:
             raise ConfigError("evaluate: --split applies to a prepared folder, not to raw files")
+        if args.ray_scoring == "always" or args.use_gpu:
+            raise ConfigError("evaluate: --ray-scoring always / --use-gpu score a prepared folder (run "
+                              "`dynlm prepare` on the files first); raw files are scored in this process")
         if preprocessor is None:
             raise ConfigError(f"evaluate: {args.model} has no preprocessor.json next to it; raw "
                              "files need one (use a registered model or a prepared folder)")
         rows, rejected = raw_rows(task, args.data, preprocessor, args)
         source = f"{len(args.data)} path(s), {len(rows)} documents"
         print(rejected_report(rows, rejected), file=sys.stderr)
-    metrics = task.evaluate_documents(torch_model, model_cfg, rows, spec, args.batch_size)
+    if metrics is None:
+        metrics, num_documents = task.evaluate_documents(torch_model, model_cfg, rows, spec, args.batch_size), len(rows)
+    elif not args.json:
+        print(f"[evaluate] {num_documents} documents scored as a Ray Data job ({scored_on})", file=sys.stderr)
     table = task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}")
     if not args.json:
         print(table, flush=True)
     dynamic = run_dynamic_eval(args, torch_model, spec, preprocessor, rows) if args.dynamic_eval else None
     out = {"model": args.model, "task": task.name, "model_name": task.model_name(model_cfg), "data": source,
-           "documents": len(rows), "metrics": metrics}
+           "documents": num_documents, "scored_on": scored_on, "metrics": metrics}
     if dynamic is not None:
         cfg = dynamic["config"]
         out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,

@@ -76,3 +76,25 @@ def test_a_checkpoint_saved_before_the_best_known_defaults_keeps_its_meaning(ran
     # the same scores as when it was saved (the sum of its finite logits then)
     total = sum(float(o.logits[torch.isfinite(o.logits)].double().sum()) for o in outputs)
     assert total == pytest.approx(56.651591673493385, rel=1e-9)
+
+
+def test_bytes_round_trip_rebuilds_the_same_model(tiny_spec, random_rows):
+    """``to_bytes`` / ``load_bytes``: the checkpoint a process sends another (scoring actors),
+    loaded with ``weights_only=True`` like a file."""
+    cfg = rnn_lm_small(embed_dim=16, hidden_dim=16)
+    torch.manual_seed(3)
+    model = build_model(cfg, tiny_spec).eval()
+    loaded = checkpoint.load_bytes(checkpoint.to_bytes(model, cfg, tiny_spec, task="lm"))
+    assert loaded.task.name == "lm" and loaded.model_cfg == cfg and loaded.spec == tiny_spec and loaded.extra == {}
+    assert not loaded.model.training
+    batch = collate_documents(random_rows(2), tiny_spec)
+    with torch.no_grad():
+        a, _ = model(batch.sentences, model.init_state(2))
+        b, _ = loaded.model(batch.sentences, loaded.model.init_state(2))
+    assert all(torch.equal(x.logits, y.logits) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="checkpoint bytes: not a dynlm checkpoint"):
+        import io
+
+        buffer = io.BytesIO()
+        torch.save({"weights": torch.zeros(1)}, buffer)
+        checkpoint.load_bytes(buffer.getvalue())

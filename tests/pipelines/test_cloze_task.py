@@ -7,6 +7,8 @@ models serve`` of the champion over HTTP (a bad request is a 400 with its reason
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import yaml
@@ -58,6 +60,17 @@ def test_cloze_prepares_trains_registers_evaluates_and_answers(ray_session, mlfl
     assert main(["evaluate", "--model", "models:/dynlm-saw@champion", "--data", str(root)]) == 0
     table = capsys.readouterr().out
     assert "answer out of vocabulary" in table and "answer class named_entity" in table
+    # scored as a Ray Data job (an actor with the model, the cloze accumulator's sums added up
+    # here): the same metrics as in this process
+    scored = {}
+    for how in ("never", "always"):
+        assert main(["evaluate", "--model", "models:/dynlm-saw@champion", "--data", str(root), "--json",
+                     "--ray-scoring", how, "--score-actors", "1"]) == 0
+        scored[how] = json.loads(capsys.readouterr().out)
+    assert scored["always"]["scored_on"].startswith("Ray Data") and scored["never"]["scored_on"] == "this process"
+    assert scored["always"]["metrics"].keys() == scored["never"]["metrics"].keys()
+    for key, value in scored["never"]["metrics"].items():  # None: a metric of an empty class
+        assert scored["always"]["metrics"][key] == (value if value is None else pytest.approx(value, rel=1e-6)), key
 
     lines = block.splitlines()
     document = " ".join(line.split(" ", 1)[1] for line in lines[:20])

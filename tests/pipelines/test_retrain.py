@@ -161,15 +161,26 @@ def test_two_concurrent_retrains_promote_once(store, corpora, tmp_path):
     assert sorted(r.data.tags["decision"] for r in _retrain_runs(store)) == ["conflict", "promoted"]
 
 
-def test_crash_before_promotion_leaves_the_champion(store, corpora, tmp_path):
+def test_crash_before_promotion_leaves_the_champion(store, champion_store, corpora, tmp_path):
+    """Also: the validation set is the champion's prepared folder (its valid split), both models
+    scored on it as Ray Data jobs (``validation_scoring: always``): the champion's score is its
+    in-process score."""
+    from pipelines.commands.evaluate import load_any_model
+    from pipelines.retrain import validation_ppl, validation_rows
+
+    (validation,) = [p for p in (champion_store.parent / "prepared").iterdir() if (p / "manifest.json").is_file()]
     cfg = _config(tmp_path, corpora, store, fail_before_promote=True,  # one epoch: the crash is after training
-                  job_overrides=["train.epochs=1", "train.lr=0.01", f"run.storage_path={tmp_path / 'ray'}"])
+                  job_overrides=["train.epochs=1", "train.lr=0.01", f"run.storage_path={tmp_path / 'ray'}"],
+                  validation=str(validation), validation_scoring="always")
     with pytest.raises(InjectedFailure):
         retrain(cfg)
     assert _champion(store) == "1"
     (run,) = _retrain_runs(store)
     assert run.info.status == "FAILED" and run.data.tags["decision"] == "failed"
     assert "InjectedFailure" in run.data.tags["reason"]
+    task, model, model_cfg, spec, preprocessor = load_any_model(f"models:/{NAME}/1", store)
+    here = validation_ppl(task, model, model_cfg, spec, validation_rows(str(validation), task, preprocessor, None), 8)
+    assert float(run.data.tags["champion_ppl"]) == pytest.approx(here, rel=1e-6)
 
 
 def test_config_errors_and_content_addressing(corpora, tmp_path):

@@ -150,6 +150,31 @@ def _close(a: dict, b: dict, keys=("train_loss", "valid_ppl", "param_checksum"),
         assert a[key] == pytest.approx(b[key], rel=rel), key
 
 
+def test_evaluate_as_a_ray_data_job_equals_the_in_process_evaluation(baseline, corpus, capsys):
+    """`dynlm evaluate --ray-scoring always`: the split read by Ray Data, scored by an actor that
+    loaded the checkpoint once, the metric sums added up here: the in-process metrics again."""
+    import json
+
+    from pipelines.cli import main
+
+    _, prepared = corpus
+    scored = {}
+    for how in ("never", "always"):
+        capsys.readouterr()
+        assert main(["evaluate", "--model", baseline.best_checkpoint_dir, "--data", str(prepared.root),
+                     "--split", "valid", "--ray-scoring", how, "--score-actors", "1", "--json"]) == 0
+        scored[how] = json.loads(capsys.readouterr().out)
+    here, on_ray = scored["never"], scored["always"]
+    assert (here["scored_on"], on_ray["scored_on"]) == ("this process", "Ray Data, 1 CPU actor(s)")
+    assert here["documents"] == on_ray["documents"] == prepared.num_documents("valid")
+    assert here["metrics"].keys() == on_ray["metrics"].keys()
+    for key, value in here["metrics"].items():
+        assert on_ray["metrics"][key] == pytest.approx(value, rel=1e-6), key  # float32 sums, other batches
+    # the validation of the training saw the same documents and model: the same perplexity
+    best = min(baseline.history, key=lambda r: r["valid_ppl"])
+    assert on_ray["metrics"]["ppl"] == pytest.approx(best["valid_ppl"], rel=1e-5)
+
+
 def test_resume_from_checkpoint_equals_uninterrupted(baseline, corpus):
     from pipelines.train import _read_run_info, run_training
 

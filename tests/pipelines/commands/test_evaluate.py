@@ -99,3 +99,25 @@ def test_json_is_one_object_with_the_tables_numbers(model_and_data, capsys):
     dynamic = out["dynamic_evaluation"]
     assert (dynamic["eta"], dynamic["lambda"], dynamic["eta_picked_on_valid"], dynamic["grid"]) == (1e-3, 0.0, False, None)
     assert dynamic["metrics"]["ppl"] > 1.0
+
+
+def test_ray_scoring_choices_and_their_one_line_errors(model_and_data, tmp_path, capsys):
+    """``--ray-scoring auto`` keeps a small split in this process (no Ray started: this test is
+    in the unit tier); raw files cannot be scored on Ray, nor ``--use-gpu`` with ``never``."""
+    from pathlib import Path
+
+    from dynlm.data.prepared import PreparedData
+    from pipelines.scoring import RAY_SCORING_MIN_BYTES, scores_on_ray
+
+    model, data = model_and_data
+    prepared = PreparedData.open(data)
+    assert prepared.split_bytes("test") < RAY_SCORING_MIN_BYTES
+    assert not scores_on_ray("auto", prepared, "test") and not scores_on_ray("never", prepared, "test")
+    assert scores_on_ray("always", prepared, "test")
+    assert main(["evaluate", "--model", model, "--data", data, "--json"]) == 0
+    assert '"scored_on": "this process"' in capsys.readouterr().out
+    raw = str(Path(model).parent / "raw")
+    assert main(["evaluate", "--model", model, "--data", raw, "--ray-scoring", "always"]) == 2
+    assert "raw files are scored in this process" in capsys.readouterr().err
+    assert main(["evaluate", "--model", model, "--data", data, "--use-gpu", "--ray-scoring", "never"]) == 2
+    assert "drop --ray-scoring never" in capsys.readouterr().err
