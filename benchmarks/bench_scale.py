@@ -12,11 +12,16 @@ subprocess with its own local Ray, ``--set format=text``. Sampled every 0.5 s fr
 plus wall time, train tokens/s, and the raw ``tokenizers`` ``encode_batch`` rate on the same
 text with the folder's own BPE model (the issue-11 ratio). ``--train-size`` then runs one epoch
 of ``dynlm train`` (RNN, 2 workers) streaming the folder of that size, with the same sampling.
+``--score-sizes`` scores the valid split of those sizes' folders with ``dynlm evaluate`` (a
+seeded, untrained RNN LM for the folder's vocabulary: the cost does not depend on the weights),
+in the command's process (``--ray-scoring never``) and as a Ray Data job (``always``), sampled
+the same way, and checks that both give the same perplexity.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_scale.py --sizes 2 16 64 --train-size 64 \\
         --report benchmarks/results/scale_cpu.md
+    .venv/bin/python benchmarks/bench_scale.py --sizes --score-sizes 16 64   # folders prepared before
 
 Needs ``../shared/data/wikitext-2/train.txt.gz`` (or ``--data``); writes under ``--work``.
 """
@@ -134,10 +139,45 @@ def raw_rate(prepared: Path, text: str) -> float:
     return words / best
 
 
+def score(work: Path, size: float, dynlm: list[str]) -> list[str]:
+    """``dynlm evaluate`` of the valid split of ``size``'s folder, here and on Ray (module doc)."""
+    import torch
+
+    from dynlm import checkpoint
+    from dynlm.data.prepared import PreparedData
+    from dynlm.models import build_model
+    from dynlm.models.rnn_lm import rnn_lm_small
+
+    (folder,) = [p for p in (work / f"prepared_{size:g}M").iterdir() if (p / "manifest.json").exists()]
+    prepared = PreparedData.open(folder)
+    model_dir = work / f"score_model_{size:g}M"
+    model_cfg = rnn_lm_small(embed_dim=64, hidden_dim=64, dropout=0.0)
+    torch.manual_seed(0)
+    checkpoint.save(model_dir / "model.pt", build_model(model_cfg, prepared.spec), model_cfg, prepared.spec)
+    (model_dir / "preprocessor.json").write_bytes(prepared.read_bytes(prepared.manifest["preprocessor"]))
+    tokens = prepared.manifest["counts"]["tokens"]["valid"]
+    lines, ppl = [], {}
+    for how in ("never", "always"):
+        log = work / f"score_{size:g}M_{how}.log"
+        m = run_sampled([*dynlm, "evaluate", "--model", str(model_dir), "--data", str(folder), "--split", "valid",
+                         "--ray-scoring", how, "--batch-size", "32", "--json"], work / "ray", log)
+        result = json.loads(log.read_text().strip().splitlines()[-1])
+        ppl[how] = result["metrics"]["ppl"]
+        lines.append(f"| {size:g} M folder, valid: {tokens:,d} tokens, {result['documents']:,d} documents | "
+                     f"{result['scored_on']} | {m['wall_s']:.0f} s | {tokens / m['wall_s']:,.0f} | "
+                     f"{m['driver_rss'] / 2**20:,.0f} MB | {m['tree_pss'] / 2**20:,.0f} MB | {ppl[how]:.4f} |")
+        print(lines[-1], flush=True)
+    if abs(ppl["never"] - ppl["always"]) > 1e-6 * ppl["never"]:
+        raise SystemExit(f"scoring on Ray gave ppl {ppl['always']}, in process {ppl['never']}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="WikiText-2 train.txt.gz")
-    parser.add_argument("--sizes", type=float, nargs="+", default=[2, 16, 64], help="million tokens")
+    parser.add_argument("--sizes", type=float, nargs="*", default=[2, 16, 64], help="million tokens")
+    parser.add_argument("--score-sizes", type=float, nargs="*", default=[],
+                        help="score these sizes' valid splits in process and on Ray (folders prepared already)")
     parser.add_argument("--train-size", type=float, default=None, help="one RNN epoch on this size's folder")
     parser.add_argument("--work", default=str(REPO / "runs" / "bench_scale"))
     parser.add_argument("--report", default=None, help="write the markdown table here")
@@ -171,6 +211,8 @@ def main() -> None:
         lines.append(f"| {size:g} M ({copies} copies) | {tokens:,d} | {m['wall_s']:.0f} s | {rate:,.0f} | "
                      f"{rate / raw:.2f} | {m['driver_rss'] / 2**20:,.0f} MB | {m['tree_pss'] / 2**20:,.0f} MB | "
                      f"{m['spilled'] / 2**20:,.0f} MB |")
+    if not rows:
+        lines = []
     if len(rows) > 1:
         first, last = rows[0][3]["driver_rss"], rows[-1][3]["driver_rss"]
         lines.append(f"\nDriver peak RSS at {rows[-1][0]:g} M / at {rows[0][0]:g} M: **{last / first:.2f}x** "
@@ -187,6 +229,11 @@ def main() -> None:
         lines.append(f"\nOne RNN epoch, 2 workers, over the {args.train_size:g} M-token folder: {m['wall_s']:.0f} s, "
                      f"driver peak RSS {m['driver_rss'] / 2**20:,.0f} MB, whole-tree peak PSS "
                      f"{m['tree_pss'] / 2**20:,.0f} MB (target < 8 GB), spilled {m['spilled'] / 2**20:,.0f} MB.")
+    if args.score_sizes:
+        lines += ["", "| scored | where (`dynlm evaluate --ray-scoring never / always`) | wall | tokens/s | "
+                  "driver peak RSS | tree peak PSS | ppl |", "|---|---|---|---|---|---|---|"]
+        for size in args.score_sizes:
+            lines += score(work, size, dynlm)
     table = "\n".join(lines)
     print(table)
     if args.report:

@@ -218,8 +218,9 @@ def validation_metric(validation: str, task, model, model_cfg, spec, preprocesso
             from pipelines.ray_env import cluster_cpus
 
             model.eval()
+            cpus = cluster_cpus()[0]  # one actor per CPU, one CPU's reservation left to the reads (as evaluate)
             metrics, _ = score_split(task, model, model_cfg, spec, prepared, "valid", batch_size=batch_size,
-                                     actors=max(1, int(cluster_cpus()[0]) - 1))
+                                     actors=max(1, int(cpus)), cpus_per_actor=max(0.0, cpus - 1.0) / max(1, int(cpus)))
             return float(metrics[task.primary_metric])
     return validation_ppl(task, model, model_cfg, spec, validation_rows(validation, task, preprocessor, data_cfg),
                           batch_size)

@@ -78,7 +78,7 @@ def score_split(task, model, model_cfg, spec, prepared, split: str, *, batch_siz
     scored = read_split(prepared, split).map_batches(
         Scorer, batch_size=DOCUMENTS_PER_BLOCK, batch_format="pyarrow",
         fn_constructor_kwargs={"model_ref": [model_ref], "batch_size": batch_size, "use_gpu": use_gpu,
-                               "num_threads": max(1, int(cpus_per_actor))},
+                               "num_threads": max(1, round(cpus_per_actor))},
         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor, num_gpus=1 if use_gpu else 0)
     total, documents = None, 0
     for batch in scored.iter_batches(batch_size=None, batch_format="numpy"):

@@ -52,8 +52,8 @@ def register(subparsers) -> None:
                         help="score a prepared split as a Ray Data job: auto (default) when it is larger "
                              "than a few million tokens (pipelines/scoring.py), always, or never (in this process)")
     parser.add_argument("--score-actors", type=int, default=None,
-                        help="Ray scoring: model actors (default: one per GPU with --use-gpu, else the "
-                             "cluster's CPUs less one, at least 1)")
+                        help="Ray scoring: model actors (default: one per GPU with --use-gpu, else one per "
+                             "CPU of the cluster, sharing all CPUs but one, left to the read tasks)")
     parser.add_argument("--use-gpu", action="store_true", help="Ray scoring: one GPU per actor")
     parser.add_argument("--dynamic-eval", action="store_true",
                         help="also evaluate with dynamic evaluation (Krause et al., 2018); needs a "
@@ -254,17 +254,19 @@ def score_on_ray(args: argparse.Namespace, task, torch_model, model_cfg, spec, p
 
     with contextlib.redirect_stdout(sys.stderr):  # --json: stdout holds the JSON object alone
         init_ray()
+    if args.score_actors is not None and args.score_actors < 1:
+        raise ConfigError(f"evaluate --score-actors must be at least 1, got {args.score_actors}")
     if args.use_gpu:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         if gpus == 0:
             raise ConfigError("evaluate --use-gpu: this Ray cluster has no GPU")
-        actors = args.score_actors or gpus
-    else:
-        actors = args.score_actors or max(1, int(cluster_cpus()[0]) - 1)
-    if actors < 1:
-        raise ConfigError(f"evaluate --score-actors must be at least 1, got {actors}")
+        actors, cpus_per_actor = args.score_actors or gpus, 1.0
+    else:  # one actor per CPU; one CPU's reservation left to Ray Data's read tasks
+        cpus = cluster_cpus()[0]
+        actors = args.score_actors or max(1, int(cpus))
+        cpus_per_actor = max(0.0, cpus - 1.0) / actors
     metrics, documents = score_split(task, torch_model, model_cfg, spec, prepared, split, batch_size=args.batch_size,
-                                     actors=actors, use_gpu=args.use_gpu)
+                                     actors=actors, use_gpu=args.use_gpu, cpus_per_actor=cpus_per_actor)
     return metrics, documents, f"Ray Data, {actors} {'GPU' if args.use_gpu else 'CPU'} actor(s)"
 
 
