@@ -212,7 +212,7 @@ def local_session_dir() -> str | None:
 
 def start_local_ray(*, reap: bool = True, **init_kwargs):
     """Start a new local Ray on this machine the way every dynlm verb does: reap what killed
-    dynlm drivers left (``reap``), export :data:`LOCAL_RAY_ENV`, ``ray.init(address="local",
+    dynlm drivers left (``reap``), export :func:`local_ray_env`, ``ray.init(address="local",
     **init_kwargs)``, mark the session folder as this driver's and claim the address file.
 
     Returns:

@@ -205,25 +205,21 @@ def validation_ppl(task, model, model_cfg, spec, rows: list[dict], batch_size: i
 
 
 def validation_metric(validation: str, task, model, model_cfg, spec, preprocessor, data_cfg, batch_size: int,
-                      scoring: str = "auto") -> float:
-    """The task's primary metric of ``model`` on the fixed validation documents: a prepared valid
-    split scored as a Ray Data job when ``scoring`` says so (``auto``: larger than
-    :data:`pipelines.scoring.RAY_SCORING_MIN_BYTES`; as ``dynlm evaluate`` scores it, the same
-    metrics), anything else in this process (:func:`validation_rows`, :func:`validation_ppl`)."""
+                      scoring: str = "auto") -> tuple[float, str]:
+    """The task's primary metric of ``model`` on the fixed validation documents, and where it was
+    scored: a prepared valid split as a Ray Data job when ``scoring`` says so (``auto``: larger
+    than :data:`pipelines.scoring.RAY_SCORING_MIN_BYTES`; as ``dynlm evaluate`` scores it, the
+    same metrics), anything else in this process (:func:`validation_rows`, :func:`validation_ppl`)."""
     from pipelines.scoring import score_split, scores_on_ray
 
     if is_prepared(validation):
         prepared = PreparedData.open(validation)
         if prepared.preprocessor.to_json() == preprocessor.to_json() and scores_on_ray(scoring, prepared, "valid"):
-            from pipelines.ray_env import cluster_cpus
-
             model.eval()
-            cpus = cluster_cpus()[0]  # one actor per CPU, one CPU's reservation left to the reads (as evaluate)
-            metrics, _ = score_split(task, model, model_cfg, spec, prepared, "valid", batch_size=batch_size,
-                                     actors=max(1, int(cpus)), cpus_per_actor=max(0.0, cpus - 1.0) / max(1, int(cpus)))
-            return float(metrics[task.primary_metric])
-    return validation_ppl(task, model, model_cfg, spec, validation_rows(validation, task, preprocessor, data_cfg),
-                          batch_size)
+            metrics, _, where = score_split(task, model, model_cfg, spec, prepared, "valid", batch_size=batch_size)
+            return float(metrics[task.primary_metric]), where
+    rows = validation_rows(validation, task, preprocessor, data_cfg)
+    return validation_ppl(task, model, model_cfg, spec, rows, batch_size), "this process"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,11 +347,14 @@ def _train_and_decide(cfg: RetrainConfig, champion, run_id: str, run_name: str, 
     challenger, challenger_cfg, challenger_spec, _ = dynlm_checkpoint.load(
         find_checkpoint_file(trained.best_checkpoint_dir))
     val_hash = validation_hash(cfg.validation, job.data)
-    champion_ppl = validation_metric(cfg.validation, task, champion_model, champion_cfg, champion_spec, champion_pre,
-                                     job.data, cfg.validation_batch_size, cfg.validation_scoring)
-    challenger_ppl = validation_metric(cfg.validation, task, challenger, challenger_cfg, challenger_spec,
-                                       prepared.preprocessor, job.data, cfg.validation_batch_size, cfg.validation_scoring)
+    champion_ppl, scored_on = validation_metric(cfg.validation, task, champion_model, champion_cfg, champion_spec,
+                                                champion_pre, job.data, cfg.validation_batch_size,
+                                                cfg.validation_scoring)
+    challenger_ppl, _ = validation_metric(cfg.validation, task, challenger, challenger_cfg, challenger_spec,
+                                          prepared.preprocessor, job.data, cfg.validation_batch_size,
+                                          cfg.validation_scoring)
     tracking.set_tags(run_id, {"champion_ppl": repr(champion_ppl), "challenger_ppl": repr(challenger_ppl),
+                               "validation_scored_on": scored_on,
                                "validation_hash": val_hash, "challenger_run_id": trained.run_id,
                                "challenger_data_hash": job.data.data_hash()}, tracking_uri=uri)
     registration = tracking.register_and_promote(

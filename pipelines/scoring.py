@@ -56,17 +56,42 @@ def scores_on_ray(choice: str, prepared, split: str) -> bool:
     return prepared.split_bytes(split) > RAY_SCORING_MIN_BYTES
 
 
-def score_split(task, model, model_cfg, spec, prepared, split: str, *, batch_size: int, actors: int,
-                use_gpu: bool = False, cpus_per_actor: float = 1.0) -> tuple[dict, int]:
-    """The task's metrics of ``model`` on ``split`` of ``prepared``, scored by ``actors`` Ray Data
-    actors (module doc). Needs a connected Ray (:func:`pipelines.ray_env.init_ray`).
-
-    Returns:
-        ``(metrics, documents)``: ``task.metrics.from_tensor(sum of the blocks' sums).compute()``
-        and the number of documents scored.
+def actor_layout(actors: int | None = None, use_gpu: bool = False) -> tuple[int, float]:
+    """``(actors, CPUs each)`` of a scoring job on the connected Ray: ``actors`` (None: one per
+    GPU with ``use_gpu``, else one per CPU); CPU actors share all CPUs but one, whose reservation
+    Ray Data's read tasks keep (with every CPU taken by the pool, a read could never start).
 
     Raises:
-        ValueError: the split has no document.
+        ValueError: ``use_gpu`` on a cluster without GPUs, or fewer than one actor asked for.
+    """
+    import ray
+
+    from pipelines.ray_env import cluster_cpus
+
+    if actors is not None and actors < 1:
+        raise ValueError(f"scoring needs at least one actor, got {actors}")
+    if use_gpu:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        if gpus == 0:
+            raise ValueError("scoring on GPUs: this Ray cluster has no GPU")
+        return actors or gpus, 1.0
+    cpus = cluster_cpus()[0]
+    actors = actors or max(1, int(cpus))
+    return actors, max(0.0, cpus - 1.0) / actors
+
+
+def score_split(task, model, model_cfg, spec, prepared, split: str, *, batch_size: int, actors: int | None = None,
+                use_gpu: bool = False) -> tuple[dict, int, str]:
+    """The task's metrics of ``model`` on ``split`` of ``prepared``, scored by Ray Data actors
+    (module doc; how many: :func:`actor_layout`). Needs a connected Ray
+    (:func:`pipelines.ray_env.init_ray`).
+
+    Returns:
+        ``(metrics, documents, where)``: ``task.metrics.from_tensor(sum of the blocks' sums).compute()``,
+        the number of documents scored, and ``"Ray Data, N CPU|GPU actor(s)"``.
+
+    Raises:
+        ValueError: the split has no document; see :func:`actor_layout`.
     """
     import ray
     import ray.data
@@ -74,6 +99,7 @@ def score_split(task, model, model_cfg, spec, prepared, split: str, *, batch_siz
     from dynlm.checkpoint import to_bytes
     from pipelines.train import read_split
 
+    actors, cpus_per_actor = actor_layout(actors, use_gpu)
     model_ref = ray.put(to_bytes(model, model_cfg, spec, task=task.name))
     scored = read_split(prepared, split).map_batches(
         Scorer, batch_size=DOCUMENTS_PER_BLOCK, batch_format="pyarrow",
@@ -87,4 +113,5 @@ def score_split(task, model, model_cfg, spec, prepared, split: str, *, batch_siz
         documents += int(batch["documents"].sum())
     if total is None or documents == 0:
         raise ValueError(f"{prepared.root} [{split}]: no documents to evaluate")
-    return task.metrics.from_tensor(torch.from_numpy(total)).compute(), documents
+    where = f"Ray Data, {actors} {'GPU' if use_gpu else 'CPU'} actor(s)"
+    return task.metrics.from_tensor(torch.from_numpy(total)).compute(), documents, where

@@ -265,6 +265,27 @@ def _system_metrics(rank: int, settings: WorkerSettings, job: JobConfig) -> Iter
         monitor.stop()  # bounded: the server may be gone
 
 
+def _batch_streams(task, job: JobConfig, spec, train_shard, valid_data, rank: int, world: int):
+    """``(train_batches(epoch), valid_batches())`` of one rank: its train shard, re-shuffled per
+    epoch from (seed, epoch, rank) in length-sorted buffers; the rows ``index % world == rank`` of
+    the whole validation split (every rank iterates it)."""
+    cfg = job.train
+    batch_size = per_worker_batch_size(cfg.batch_size, world)
+    buffer_rows = batch_size * SORT_BUFFER_BATCHES
+    layout = task.batch_layout(cfg, job.model)  # the LM: sentence lockstep or chunks of train.bptt_tokens
+    valid_layout = task.evaluation_layout(job.model) or layout  # the dynamical LM: segments (batch-independent)
+
+    def train_batches(epoch: int):
+        return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
+                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows, layout=layout)
+
+    def valid_batches():
+        rows = (row for i, row in enumerate(_shard_rows(valid_data, buffer_rows)) if i % world == rank)
+        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=valid_layout)
+
+    return train_batches, valid_batches
+
+
 def train_fn_per_worker(config: dict) -> dict | None:
     """One DDP rank of a Ray Train V2 run (``train_loop_config`` = :class:`WorkerSettings` dict):
     restore, run :func:`dynlm.training.fit` on this rank's shard, report every epoch.
@@ -301,23 +322,11 @@ def train_fn_per_worker(config: dict) -> dict | None:
     state = _restore(core, optimizer, schedule, job, spec)
     first_epoch = state.epoch + 1  # of this attempt
     node_ids = ",".join(all_gather_strings(ray.get_runtime_context().get_node_id()))
-    batch_size = per_worker_batch_size(cfg.batch_size, world)
-    buffer_rows = batch_size * SORT_BUFFER_BATCHES
     if cached is not None:
         train_shard, valid_data = cached["train"][rank], cached["valid"]
     else:
         train_shard, valid_data = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("valid")
-    layout = task.batch_layout(cfg, job.model)  # the LM: sentence lockstep or chunks of train.bptt_tokens
-
-    def train_batches(epoch: int):
-        return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
-                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows, layout=layout)
-
-    valid_layout = task.evaluation_layout(job.model) or layout  # the dynamical LM: segments (batch-independent)
-
-    def valid_batches():  # every rank iterates the whole (small) split and evaluates its rows
-        rows = (row for i, row in enumerate(_shard_rows(valid_data, buffer_rows)) if i % world == rank)
-        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=valid_layout)
+    train_batches, valid_batches = _batch_streams(task, job, spec, train_shard, valid_data, rank, world)
 
     def on_epoch(epoch: int, record: dict) -> None:
         # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so

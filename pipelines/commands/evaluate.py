@@ -243,31 +243,22 @@ def dynamic_eval_text(result: dict, eta_auto: bool) -> str:
 
 
 def score_on_ray(args: argparse.Namespace, task, torch_model, model_cfg, spec, prepared, split: str):
-    """``(metrics, documents, how)`` of ``split`` scored as a Ray Data job (:mod:`pipelines.scoring`)
+    """``(metrics, documents, where)`` of ``split`` scored as a Ray Data job (:mod:`pipelines.scoring`)
     on the Ray ``dynlm`` reaches (:func:`pipelines.ray_env.init_ray`)."""
     import contextlib
 
-    import ray
-
-    from pipelines.ray_env import cluster_cpus, init_ray
+    from pipelines.ray_env import init_ray
     from pipelines.scoring import score_split
 
-    with contextlib.redirect_stdout(sys.stderr):  # --json: stdout holds the JSON object alone
-        init_ray()
     if args.score_actors is not None and args.score_actors < 1:
         raise ConfigError(f"evaluate --score-actors must be at least 1, got {args.score_actors}")
-    if args.use_gpu:
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        if gpus == 0:
-            raise ConfigError("evaluate --use-gpu: this Ray cluster has no GPU")
-        actors, cpus_per_actor = args.score_actors or gpus, 1.0
-    else:  # one actor per CPU; one CPU's reservation left to Ray Data's read tasks
-        cpus = cluster_cpus()[0]
-        actors = args.score_actors or max(1, int(cpus))
-        cpus_per_actor = max(0.0, cpus - 1.0) / actors
-    metrics, documents = score_split(task, torch_model, model_cfg, spec, prepared, split, batch_size=args.batch_size,
-                                     actors=actors, use_gpu=args.use_gpu, cpus_per_actor=cpus_per_actor)
-    return metrics, documents, f"Ray Data, {actors} {'GPU' if args.use_gpu else 'CPU'} actor(s)"
+    with contextlib.redirect_stdout(sys.stderr):  # --json: stdout holds the JSON object alone
+        init_ray()
+    try:
+        return score_split(task, torch_model, model_cfg, spec, prepared, split, batch_size=args.batch_size,
+                           actors=args.score_actors, use_gpu=args.use_gpu)
+    except ValueError as exc:  # no GPU on the cluster, an empty split: one line
+        raise ConfigError(f"evaluate: {exc}") from exc
 
 
 def run(args: argparse.Namespace) -> int:

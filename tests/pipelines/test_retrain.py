@@ -181,6 +181,7 @@ def test_crash_before_promotion_leaves_the_champion(store, champion_store, corpo
     task, model, model_cfg, spec, preprocessor = load_any_model(f"models:/{NAME}/1", store)
     here = validation_ppl(task, model, model_cfg, spec, validation_rows(str(validation), task, preprocessor, None), 8)
     assert float(run.data.tags["champion_ppl"]) == pytest.approx(here, rel=1e-6)
+    assert run.data.tags["validation_scored_on"].startswith("Ray Data, ")  # not the in-process path
 
 
 def test_config_errors_and_content_addressing(corpora, tmp_path):
