@@ -27,6 +27,8 @@ import os
 import re
 import signal
 import socket
+import sys
+import tempfile
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -139,14 +141,40 @@ def reap_orphaned_local_rays() -> int:
     return reaped
 
 
-def _cluster_address_file_exists() -> bool:
-    """True when ``ray start`` left its address file (``<tmp>/ray/ray_current_cluster``)."""
-    import ray._private.utils as ray_utils  # the file's location is only exposed here
+def address_file() -> Path:
+    """Where ``ray start`` records its cluster's address and ``ray.init()`` looks for it:
+    ``/tmp/ray/ray_current_cluster`` (``ray.init``'s documentation), in Ray's temporary folder
+    (``$RAY_TMPDIR``, else ``$TMPDIR`` on Linux, else ``/tmp``; ``tempfile``'s elsewhere).
+    ``tests/pipelines/test_ray_env.py`` checks that Ray still agrees."""
+    if os.environ.get("RAY_TMPDIR"):
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and os.environ.get("TMPDIR"):
+        base = os.environ["TMPDIR"]
+    else:
+        base = "/tmp" if sys.platform.startswith(("linux", "darwin")) else tempfile.gettempdir()
+    return Path(base) / "ray" / "ray_current_cluster"
 
+
+def read_address_file() -> str | None:
+    """The address in :func:`address_file`, None when there is none (or it cannot be read)."""
     try:
-        address = ray_utils.read_ray_address()
-    except Exception:  # an unreadable address file means "no cluster here"
-        return False
+        return address_file().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def write_address_file(address: str) -> None:
+    """Record ``address`` in :func:`address_file` (written whole, then renamed into place)."""
+    path = address_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(address)
+    os.replace(partial, path)
+
+
+def _cluster_address_file_exists() -> bool:
+    """True when the address file names a live cluster (``ray start`` on this machine)."""
+    address = read_address_file()
     if not address:
         return False
     if _address_alive(address):  # a stale file (the cluster was killed) would make ray.init hang
@@ -173,19 +201,15 @@ def claim_address_file() -> None:
     the user runs beside this one) is left alone.
     """
     import ray
-    import ray._private.utils as ray_utils  # the file's location is only exposed here
 
     if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is not None:
         return  # not a driver (a Tune trial or a Train worker): the driver owns the file
     ours = ray.get_runtime_context().gcs_address
-    try:
-        recorded = ray_utils.read_ray_address()
-    except OSError:
-        recorded = None
+    recorded = read_address_file()
     if recorded == ours or (recorded and _address_alive(recorded)):
         return
     try:
-        ray_utils.write_ray_address(ours)
+        write_address_file(ours)
     except OSError as exc:  # a read-only /tmp: Ray then finds the cluster by its process
         logger.warning("could not record the Ray address %s: %s", ours, exc)
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import tempfile
 import threading
 import time
@@ -69,7 +70,6 @@ SORT_BUFFER_BATCHES = PACKED_GROUP_BATCHES
 PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt after this
 CHECKPOINT_FILE = "model.pt"
 RUN_INFO_FILE = "dynlm_run.json"  # under <storage>/<name>: MLflow run id + job, for --resume
-RAY_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"  # Ray Train's run state
 RESOURCE_WAIT_ENV = "DYNLM_RESOURCE_WAIT_S"  # how long a cluster may take to offer the workers
 DEFAULT_RESOURCE_WAIT_S = 600.0
 RESOURCE_POLL_S = 5.0
@@ -152,11 +152,19 @@ def maybe_inject_fault(run: RunSettings, run_dir: str, epoch: int, rank: int) ->
     raise InjectedFault(f"fault injection: rank {rank} fails in epoch {epoch} (run.fail_at_epoch)")
 
 
-def _names_checkpoint(snapshot: str, name: str) -> bool:
+def committed_checkpoints(run_dir: str) -> list[str]:
+    """Names (``epoch_0003``) of the checkpoints Ray Train has committed for the run in
+    ``run_dir``, read with its public ``ray.train.Result.from_path``; [] before the first."""
+    import ray.train
+
     try:
-        return name in storage.read_text(snapshot)
-    except OSError:  # not written yet (or being replaced)
-        return False
+        result = ray.train.Result.from_path(run_dir)
+    except Exception:  # no committed state yet (RuntimeError), or its file is being replaced
+        return []
+    kept = [checkpoint for checkpoint, _ in result.best_checkpoints]
+    if result.checkpoint is not None:
+        kept.append(result.checkpoint)
+    return sorted({posixpath.basename(checkpoint.path.rstrip("/")) for checkpoint in kept})
 
 
 def kill_after_commit(run_dir: str, epoch: int, timeout_s: float = 300.0) -> None:
@@ -165,12 +173,12 @@ def kill_after_commit(run_dir: str, epoch: int, timeout_s: float = 300.0) -> Non
     SIGKILL the driver. A no-op unless armed."""
     if not faults.is_armed("train:checkpoint_committed"):
         return
-    snapshot, name = storage.join(run_dir, RAY_SNAPSHOT_FILE), f"epoch_{epoch:04d}"
+    name = f"epoch_{epoch:04d}"
     deadline = time.monotonic() + timeout_s
-    while not _names_checkpoint(snapshot, name):
+    while name not in committed_checkpoints(run_dir):
         if time.monotonic() > deadline:
             raise TimeoutError(f"fault injection: {name} was not committed within {timeout_s:.0f} s")
-        time.sleep(0.05)
+        time.sleep(0.25)
     faults.kill_point("train:checkpoint_committed")
 
 
@@ -375,32 +383,35 @@ def _steps_per_epoch(job: JobConfig, prepared: PreparedData) -> int:
     return task.steps_per_epoch(prepared, job.train, job.run.num_workers, layout=task.batch_layout(job.train, job.model))
 
 
-def _has_ray_run(run_dir: str) -> bool:
-    return storage.exists(storage.join(run_dir, RAY_SNAPSHOT_FILE))
+def _has_run(run_dir: str) -> bool:
+    """True when a dynlm training was started in ``run_dir`` (its :data:`RUN_INFO_FILE`)."""
+    return storage.exists(storage.join(run_dir, RUN_INFO_FILE))
 
 
 def resolve_run(run: RunSettings, model_type: str) -> tuple[str, bool]:
     """The Ray Train run name and whether it continues an earlier run.
 
     Without ``resume``, the name (given or ``<model type>-<time>``) must be new: Ray Train V2
-    silently continues a run whose folder exists, so that is an error here. With ``resume``,
-    the named run (or, without a name, the most recent run under storage_path) must exist.
+    silently continues a run whose folder holds checkpoints, so that is an error here. With
+    ``resume``, the named run (or, without a name, the most recently started run under
+    storage_path) must exist. A run is dynlm's own file in its folder (:data:`RUN_INFO_FILE`,
+    written before Ray Train starts), not Ray Train's internal state.
     """
     root = run.storage_uri()
     if not run.resume:
         name = run.name or f"{model_type}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        if _has_ray_run(storage.join(root, name)):
+        if _has_run(storage.join(root, name)):
             raise FileExistsError(f"run {name!r} already exists under {root}; pass --resume to "
                                   "continue it or choose another run.name")
         return name, False
     if run.name is not None:
-        if not _has_ray_run(storage.join(root, run.name)):
+        if not _has_run(storage.join(root, run.name)):
             raise FileNotFoundError(f"--resume: no run {run.name!r} under {root}")
         return run.name, True
-    runs = [name for name in storage.list_dirs(root) if _has_ray_run(storage.join(root, name))]
+    runs = [name for name in storage.list_dirs(root) if _has_run(storage.join(root, name))]
     if not runs:
-        raise FileNotFoundError(f"--resume: no run with checkpoints under {root}")
-    return max(runs, key=lambda name: storage.mtime(storage.join(root, name, RAY_SNAPSHOT_FILE))), True
+        raise FileNotFoundError(f"--resume: no dynlm run under {root}")
+    return max(runs, key=lambda name: storage.mtime(storage.join(root, name, RUN_INFO_FILE))), True
 
 
 def _write_run_info(run_dir: str, info: dict) -> None:

@@ -14,7 +14,7 @@ from dynlm.job import JobConfig, RunSettings
 from pipelines.cli import build_parser
 from pipelines.commands.train import job_from_args
 from pipelines.defaults import DEFAULT_JOB_YAML, default_job, default_job_dict, load_job
-from pipelines.train import RAY_SNAPSHOT_FILE, resolve_run
+from pipelines.train import RUN_INFO_FILE, resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,8 +123,8 @@ def test_global_batch_is_split_over_workers():
 def _fake_run(storage, name, mtime):
     folder = storage / name
     folder.mkdir(parents=True)
-    (folder / RAY_SNAPSHOT_FILE).write_text("{}")
-    os.utime(folder / RAY_SNAPSHOT_FILE, (mtime, mtime))
+    (folder / RUN_INFO_FILE).write_text("{}")
+    os.utime(folder / RUN_INFO_FILE, (mtime, mtime))
 
 
 def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
@@ -133,7 +133,7 @@ def test_resolve_run_names_new_runs_and_finds_the_latest_to_resume(tmp_path):
     assert resolve_run(run, "dntm") == ("exp", False)
     fresh, resuming = resolve_run(RunSettings(storage_path=str(storage)), "dntm")
     assert fresh.startswith("dntm-") and not resuming
-    with pytest.raises(FileNotFoundError, match="no run with checkpoints"):
+    with pytest.raises(FileNotFoundError, match="no dynlm run"):
         resolve_run(RunSettings(storage_path=str(storage), resume=True), "dntm")
     _fake_run(storage, "exp", 1000)
     _fake_run(storage, "newer", 2000)

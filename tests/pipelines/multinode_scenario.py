@@ -37,18 +37,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def committed_checkpoints(run_dir: str) -> list[str]:
-    """Checkpoints Ray Train has registered (an ``epoch_*`` folder appears before its report
-    completes; killing a node in between restarts from scratch, not from that folder)."""
-    from dynlm import storage
-
-    try:
-        results = json.loads(storage.read_text(f"{run_dir}/checkpoint_manager_snapshot.json"))["checkpoint_results"]
-    except (OSError, ValueError, KeyError):  # not written yet, or being written
-        return []
-    return sorted(r["checkpoint_dir_name"] for r in results)
-
-
 def main(out: Path, store: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
@@ -57,7 +45,7 @@ def main(out: Path, store: str) -> dict:
     from dynlm.data.synth import SynthConfig, write_conll
     from dynlm.job import JobConfig
     from pipelines.prepare import prepare
-    from pipelines.train import run_training
+    from pipelines.train import committed_checkpoints, run_training
 
     repo = Path(__file__).resolve().parents[2]
     began = time.time()

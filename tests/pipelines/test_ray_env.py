@@ -12,23 +12,37 @@ import pytest
 @pytest.fixture
 def address_file():
     """Ray's real address file, restored after the test."""
-    import ray._private.utils as ray_utils
+    from pipelines import ray_env
+
+    before = ray_env.read_address_file()
+    yield ray_env
+    if before is None:
+        ray_env.address_file().unlink(missing_ok=True)
+    else:
+        ray_env.write_address_file(before)
+
+
+@pytest.mark.parametrize("env", [{}, {"TMPDIR": "/var/tmp/x"}, {"RAY_TMPDIR": "/srv/ray-tmp", "TMPDIR": "/var/tmp/x"}])
+def test_the_address_file_is_where_ray_looks_for_it(env, monkeypatch):
+    """dynlm reads and writes the file without Ray's private helpers; this pins it to Ray's own
+    location (a private function, read here only), so a Ray upgrade that moves it fails here."""
     from ray._common.utils import get_ray_address_file
 
-    before = ray_utils.read_ray_address()
-    yield ray_utils
-    if before is None:
-        Path(get_ray_address_file(None)).unlink(missing_ok=True)
-    else:
-        ray_utils.write_ray_address(before)
+    from pipelines.ray_env import address_file
+
+    for key in ("RAY_TMPDIR", "TMPDIR"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert str(address_file()) == get_ray_address_file(None)
 
 
 def test_a_stale_address_file_is_claimed_by_the_running_driver(ray_session, address_file):
     from pipelines.ray_env import init_ray
 
-    address_file.write_ray_address("127.0.0.1:1")  # what a finished test cluster leaves behind
+    address_file.write_address_file("127.0.0.1:1")  # what a finished test cluster leaves behind
     assert init_ray() == "existing"
-    assert address_file.read_ray_address() == ray_session.get_runtime_context().gcs_address
+    assert address_file.read_address_file() == ray_session.get_runtime_context().gcs_address
 
 
 def test_an_address_file_naming_another_live_cluster_is_left_alone(ray_session, address_file):
@@ -38,9 +52,9 @@ def test_an_address_file_naming_another_live_cluster_is_left_alone(ray_session, 
         other.bind(("127.0.0.1", 0))
         other.listen()
         live = f"127.0.0.1:{other.getsockname()[1]}"
-        address_file.write_ray_address(live)
+        address_file.write_address_file(live)
         claim_address_file()
-        assert address_file.read_ray_address() == live
+        assert address_file.read_address_file() == live
 
 
 def test_a_local_ray_gets_dynlm_settings_unless_the_user_set_them(monkeypatch):

@@ -3,7 +3,7 @@ remaining epoch, registers the model, ends with the weights of an uninterrupted 
 process of the killed run's local Ray is left behind.
 
 The kill is the ``train:checkpoint_committed`` point of :mod:`dynlm.faults`: rank 0, at its first
-step of epoch 2, waits until Ray Train's run state (``checkpoint_manager_snapshot.json``) names
+step of epoch 2, waits until Ray Train's run state (``ray.train.Result.from_path``) names
 ``epoch_0001`` and then SIGKILLs the driver, exactly once and at that moment however loaded the
 machine is. The killed and the resumed run are real ``dynlm train`` subprocesses, each with its own
 local Ray under its own ``RAY_TMPDIR``, so a process of a run is any process whose command line

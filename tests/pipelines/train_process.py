@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
 from pipelines.ray_env import processes_using
-from pipelines.train import RAY_SNAPSHOT_FILE
+from pipelines.train import committed_checkpoints
 
 TINY = ["train.epochs=2", "train.batch_size=4", "train.early_stopping_patience=0", "model.embed_dim=16",
         "model.hidden_dim=16", "data.vocab_size=300", "data.bpe_merges=30", "data.num_encode_actors=1",
@@ -99,11 +99,8 @@ def prepared_folder(output: str) -> Path:
 
 
 def committed(run_dir: Path, checkpoint: str) -> bool:
-    """True once Ray Train's run state names ``checkpoint`` (e.g. ``epoch_0001``) as committed."""
-    try:
-        return checkpoint in (run_dir / RAY_SNAPSHOT_FILE).read_text()
-    except OSError:
-        return False
+    """True once Ray Train has committed ``checkpoint`` (e.g. ``epoch_0001``) for the run."""
+    return checkpoint in committed_checkpoints(str(run_dir))
 
 
 def wait_until(process: subprocess.Popen, reached, what: str) -> None:
