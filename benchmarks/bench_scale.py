@@ -51,6 +51,7 @@ class Sampler:
     def __init__(self, pid: int, ray_tmp: Path, interval_s: float = 0.5):
         self.pid, self.ray_tmp, self.interval_s = pid, ray_tmp, interval_s
         self.driver_rss = self.tree_pss = self.spilled = 0
+        self.series: list[tuple[float, int, int]] = []  # (seconds since start, driver RSS, tree PSS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,12 +74,15 @@ class Sampler:
         return total
 
     def _run(self) -> None:
+        started = time.perf_counter()
         while not self._stop.is_set():
             try:
                 driver = psutil.Process(self.pid)
-                self.driver_rss = max(self.driver_rss, driver.memory_info().rss)
+                rss = driver.memory_info().rss
                 tree = [driver, *driver.children(recursive=True)]
-                self.tree_pss = max(self.tree_pss, sum(self._pss(p) for p in tree))
+                pss = sum(self._pss(p) for p in tree)
+                self.driver_rss, self.tree_pss = max(self.driver_rss, rss), max(self.tree_pss, pss)
+                self.series.append((time.perf_counter() - started, rss, pss))
                 self.spilled = max(self.spilled, self._spilled_bytes())
             except (psutil.NoSuchProcess, OSError):
                 pass
@@ -120,8 +124,11 @@ def run_sampled(argv: list[str], ray_tmp: Path, log: Path) -> dict:
     shutil.rmtree(ray_tmp, ignore_errors=True)
     if status != 0:
         raise SystemExit(f"{' '.join(argv)} exited {status}; see {log}")
+    with open(log.with_suffix(".memory.csv"), "w") as series:
+        series.write("seconds,driver_rss_bytes,tree_pss_bytes\n")
+        series.writelines(f"{t:.1f},{rss},{pss}\n" for t, rss, pss in sampler.series)
     return {"wall_s": wall, "driver_rss": sampler.driver_rss, "tree_pss": sampler.tree_pss,
-            "spilled": sampler.spilled}
+            "spilled": sampler.spilled, "series": sampler.series}
 
 
 def raw_rate(prepared: Path, text: str) -> float:
@@ -226,9 +233,12 @@ def main() -> None:
                          "--set", f"run.storage_path={work / 'ray_results'}",
                          "--set", f"run.tracking_uri=sqlite:///{work / 'mlflow.db'}"],
                         work / "ray", work / "train.log")
+        quarters = [max((pss for t, _, pss in m["series"] if q * m["wall_s"] / 4 <= t < (q + 1) * m["wall_s"] / 4),
+                        default=0) for q in range(4)]
         lines.append(f"\nOne RNN epoch, 2 workers, over the {args.train_size:g} M-token folder: {m['wall_s']:.0f} s, "
                      f"driver peak RSS {m['driver_rss'] / 2**20:,.0f} MB, whole-tree peak PSS "
-                     f"{m['tree_pss'] / 2**20:,.0f} MB (target < 8 GB), spilled {m['spilled'] / 2**20:,.0f} MB.")
+                     f"{m['tree_pss'] / 2**20:,.0f} MB (target < 8 GB; by quarter of the run: "
+                     f"{', '.join(f'{q / 2**20:,.0f}' for q in quarters)} MB), spilled {m['spilled'] / 2**20:,.0f} MB.")
     if args.score_sizes:
         lines += ["", "| scored | where (`dynlm evaluate --ray-scoring never / always`) | wall | tokens/s | "
                   "driver peak RSS | tree peak PSS | ppl |", "|---|---|---|---|---|---|---|"]
