@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dynlm import faults, storage
+from dynlm.config import ConfigError
 from dynlm.data.config import CORPUS_FIELDS
 from dynlm.search.report import (
     TrialSummary,
@@ -88,27 +89,39 @@ def experiment_uri(storage_uri: str, experiment: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare_all(space: SearchSpace) -> dict[str, str]:
+def prepare_all(space: SearchSpace) -> tuple[dict[str, str], dict[str, str]]:
     """Prepare every distinct data config of the space before any trial starts.
 
     ``pipelines.prepare.prepare`` is content-addressed and locked, so a config prepared by an
-    earlier search is reused, not rebuilt.
+    earlier search is reused, not rebuilt. A config that the data cannot support (a user error:
+    more BPE merges than the corpus has pairs, say) is not fatal to the search: its trials fail
+    with that line (:func:`train_driver_fn`) and the others run.
 
     Returns:
-        ``{data_hash: absolute prepared folder}``, one entry per distinct data config.
+        ``({data_hash: absolute prepared folder}, {encoding_hash: error line})``, one entry per
+        distinct data config.
     """
+    from pipelines.cli import error_line, is_user_error
     from pipelines.defaults import ensure_synthetic_corpus
     from pipelines.prepare import prepare
 
     ensure_synthetic_corpus(space.base)
-    roots = {}
+    roots, unprepared = {}, {}
     configs = data_configs(space)
     for i, cfg in enumerate(configs, 1):
         settings = ", ".join(f"{key}={value}" for key, value in cfg.to_dict().items() if key not in CORPUS_FIELDS)
         print(f"[tune] preparing data config {i}/{len(configs)} ({cfg.data_hash()}: {settings})", flush=True)
-        prepared = prepare(cfg, task=space.base.task, progress=False)
+        try:
+            prepared = prepare(cfg, task=space.base.task, progress=False)
+        except Exception as exc:
+            if not is_user_error(exc):
+                raise
+            unprepared[cfg.encoding_hash()] = error_line(exc).removeprefix("dynlm: error: ")
+            print(f"[tune] data config {i}/{len(configs)} cannot be prepared; its trials will fail: "
+                  f"{unprepared[cfg.encoding_hash()]}", flush=True)
+            continue
         roots[cfg.data_hash()] = storage.absolute(prepared.root)
-    return roots
+    return roots, unprepared
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +167,9 @@ def train_driver_fn(config: dict, context: dict) -> None:
         return
     params = {key: config[key] for key in context["search_keys"]}
     job = trial_job(context["base"], params, f"{context['experiment']}-{trial_id}-{time.strftime('%H%M%S')}")
+    unprepared = context.get("unprepared", {}).get(job.data.encoding_hash())  # absent in searches saved before it
+    if unprepared is not None:
+        raise ConfigError(f"data config {job.data.data_hash()} could not be prepared: {unprepared}")
     root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
@@ -238,9 +254,10 @@ def run_search(space: SearchSpace, *, experiment: str | None = None) -> SearchRe
     experiment = experiment or f"tune-{Path(space.source).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     exp_uri = experiment_uri(base.run.storage_path, experiment)
 
-    prepared = prepare_all(space)
+    prepared, unprepared = prepare_all(space)
     parent_run_id = _start_parent_run(space, base, experiment, exp_uri, len(prepared))
     context = {"base": base.to_dict(), "search_keys": sorted(space.search), "prepared": prepared,
+               "unprepared": unprepared,
                "parent_run_id": parent_run_id, "experiment": experiment, "metric": space.tune.metric,
                "mode": space.tune.mode}
     storage.write_text(f"{exp_uri}/{SIDECAR}", json.dumps(

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from dynlm.config import ConfigError
 from dynlm.vocab_spec import SPECIAL_WORDS
 
 UNK_SUBWORD = "<unk>"
@@ -97,8 +98,9 @@ class SubwordTokenizer:
             The trained tokenizer.
 
         Raises:
-            ValueError: the corpus cannot support ``num_merges`` merges (message gives the
-                maximum), or a word is empty / contains whitespace.
+            ConfigError: (a ValueError) the corpus cannot support ``num_merges`` merges (the
+                message gives the maximum): a setting to change, one line at the command.
+            ValueError: a word is empty / contains whitespace.
         """
         special_tokens = list(special_tokens)
         if not special_tokens or special_tokens[0] != SPECIAL_WORDS[0] or UNK_SUBWORD not in special_tokens:
@@ -117,7 +119,7 @@ class SubwordTokenizer:
             # Every merge shortens at least one word type by one symbol: this bound is never reached.
             ceiling = base + sum(len(word) - 1 for word in counts) + 1
             maximum = len(_train_merges(counts, special_tokens, ceiling))
-            raise ValueError(
+            raise ConfigError(
                 f"the corpus ({len(counts)} word types, {len(alphabet)} characters) supports at most "
                 f"{maximum} BPE merges, {num_merges} were asked (bpe_merges)"
             )

@@ -1,5 +1,6 @@
 """``dynlm data synth``: write the embedded synthetic discourse corpus as CoNLL files;
 ``dynlm data synth-code``: the synthetic Python corpus of the naming task;
+``dynlm data synth-cloze``: the synthetic CBT-format questions of the cloze task;
 ``dynlm data cloze``: a CBT-style cloze corpus from any corpus (a Ray Data job)."""
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def register(subparsers) -> None:
     code.add_argument("--num-files", type=int, default=40, help="files to generate")
     code.add_argument("--seed", type=int, default=0, help="generator seed")
     code.set_defaults(func=run_synth_code)
+    synth_cloze = sub.add_parser(
+        "synth-cloze", help="generate the synthetic CBT-format questions of the cloze task",
+        description="Generate CBT-format cloze questions (cbtest_NE_synthetic.txt) whose answer, a made-up "
+                    "name, follows from one sentence of the context (chance: 1 in 10 candidates); input of "
+                    "`dynlm prepare --config configs/cloze_saw.yaml` (its data.inputs: [cloze]).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    synth_cloze.add_argument("--out", required=True, help="folder to write cbtest_NE_synthetic.txt into")
+    synth_cloze.add_argument("--num-questions", type=int, default=2000, help="questions to generate")
+    synth_cloze.add_argument("--seed", type=int, default=0, help="generator seed")
+    synth_cloze.set_defaults(func=run_synth_cloze)
     cloze = sub.add_parser(
         "cloze", help="build a CBT-style cloze corpus from any corpus (Ray Data)",
         description="Cloze questions from a corpus the LM task reads (CoNLL with gold coreference, plain "
@@ -64,6 +76,17 @@ def run_synth_code(args: argparse.Namespace) -> int:
 
     paths = write_code_corpus(SynthCodeConfig(num_files=args.num_files, seed=args.seed), args.out)
     print(f"wrote {len(paths)} Python files to {args.out}")
+    return 0
+
+
+def run_synth_cloze(args: argparse.Namespace) -> int:
+    from dynlm.config import ConfigError
+    from dynlm.data.synthetic_cloze import write_synthetic_cbt
+
+    if args.num_questions < 1:
+        raise ConfigError(f"--num-questions must be >= 1, got {args.num_questions}")
+    path = write_synthetic_cbt(args.out, args.num_questions, seed=args.seed)
+    print(f"wrote {args.num_questions} cloze questions to {path}")
     return 0
 
 

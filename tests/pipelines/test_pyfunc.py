@@ -111,3 +111,25 @@ def test_predict_has_type_hints_so_logging_warns_nothing(tmp_path):
         mlflow.pyfunc.load_model(str(path))
     assert not [w for w in caught if "type hint" in str(w.message).lower() and "predict" in str(w.message)], \
         [str(w.message) for w in caught]
+
+
+def test_the_logged_requirements_resolve_from_a_package_index(saved, processes, tmp_path):
+    """The model's environment as `mlflow models serve` / `build-docker` would build it: pip
+    resolves its requirements.txt, dependencies included, from the package index this machine's
+    pip is configured with (PyPI, or a mirror), without installing anything. Regression: a local
+    version label (`torch==2.13.0+cpu`) that no index serves."""
+    import json
+    import sys
+
+    report = tmp_path / "report.json"
+    done = processes.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                          "--report", str(report), "-r", str(saved[0] / "requirements.txt")],
+                         timeout=300, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    for line in (saved[0] / "requirements.txt").read_text().split():
+        name = re.split("[=<>]", line)[0].lower()
+        assert name in resolved, (name, sorted(resolved))
+    major = int(torch.__version__.split(".")[0])
+    assert int(resolved["torch"].split(".")[0]) == major  # a release of the range, from an index

@@ -1,5 +1,7 @@
-"""End to end: `dynlm run` with a tiny budget (real Ray, 2 DDP workers, real MLflow), then
-`dynlm evaluate` of the registered champion on the prepared folder and on raw files."""
+"""End to end, the README's LM block as written from a fresh clone (real Ray, 2 DDP workers, real
+MLflow; sizes cut for time): `dynlm run`, `dynlm evaluate` of the registered DNTM champion, the
+LSTM baseline trained on the same prepared folder (`configs/lm_rnn.yaml`) and its dynamic
+evaluation; and `dynlm evaluate` on raw files."""
 
 from __future__ import annotations
 
@@ -7,12 +9,26 @@ import re
 
 import pytest
 from mlflow import MlflowClient
+from readme_commands import argv, fresh_clone, readme_block, sets
 
 from dynlm.tasks.lm_table import ROWS
 from pipelines.cli import main
 
+LM_BLOCK = "### The LM task: the DNTM, its LSTM baseline, the meta-learned dynamical LM"
 TINY = ["train.epochs=1", "train.batch_size=4", "model.embed_dim=16", "model.hidden_dim=16",
         "data.vocab_size=300", "data.bpe_merges=30", "run.cpus_per_worker=0.4"]
+
+
+def _cuts(args: list[str]) -> list[str]:
+    """What the test appends to a README line: sizes only (the same data cuts for every verb, so
+    the baseline finds the folder `dynlm run` prepared)."""
+    if args[0] == "run":
+        return ["--synth-documents", "24", *sets(*TINY)]
+    if args[0] == "train":
+        return sets(*TINY)
+    if args[0] == "evaluate" and "--dynamic-eval" in args:
+        return ["--stats-segments", "5", "--tune-documents", "2"]
+    return []
 
 
 def _table(text: str, title_part: str) -> dict[str, str]:
@@ -27,14 +43,14 @@ def _table(text: str, title_part: str) -> dict[str, str]:
     return rows
 
 
-def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
+def test_the_readme_lm_commands_from_a_fresh_clone(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["run", "--synth-documents", "24"]
-    for item in TINY:
-        args += ["--set", item]
-    assert main(args) == 0
+    fresh_clone(tmp_path)
+    run_line, evaluate_line, baseline_line, dynamic_line = readme_block(LM_BLOCK)
+    assert main(argv(run_line, _cuts)) == 0
     captured = capsys.readouterr()
     out = captured.out
+    (key,) = set(re.findall(r"runs/prepared/([0-9a-f]{16})", out))  # what the user pastes for <key>
     # a newcomer's terminal: what runs, one line per epoch, the table, where to look; MLflow's and
     # Ray's own messages are in the log files
     lines = (captured.out + captured.err).splitlines()
@@ -58,7 +74,8 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
     assert {"valid_ppl", "train_loss", "train_ppl", "best_valid_objective"} <= set(run.data.metrics)
 
     prepared_root = run.data.tags["dynlm.prepared_root"]
-    assert main(["evaluate", "--model", "models:/dynlm-dntm@champion", "--data", prepared_root]) == 0
+    assert prepared_root == str(tmp_path / "runs" / "prepared" / key)
+    assert main(argv(evaluate_line, _cuts, key)) == 0
     evaluated = _table(capsys.readouterr().out, "models:/dynlm-dntm@champion")
     assert evaluated == run_table  # same weights, same test split, same numbers
 
@@ -82,6 +99,18 @@ def test_dynlm_run_then_evaluate(ray_session, mlflow_uri, tmp_path, monkeypatch,
                                      order_by=["attributes.start_time ASC"])
     assert len(evaluations) == 3 and {r.data.tags["model_version"] for r in evaluations} == {"1"}
     assert {r.data.tags["model_run_id"] for r in evaluations} == {champion.run_id}
-    assert [r.data.tags["data"] for r in evaluations][:2] == [f"{prepared_root} [test]"] * 2
+    assert [r.data.tags["data"] for r in evaluations][:2] == [f"{prepared_root} [test]", f"runs/prepared/{key} [test]"]
     assert evaluations[0].data.metrics["ppl"] == pytest.approx(float(run_table["all tokens"]), abs=0.01)
     assert client.get_model_version("dynlm-dntm", "1").tags[TAG_EVALUATION_RUN] == evaluations[-1].info.run_id
+
+    # the baseline on the same prepared folder (reused, not prepared again), then its dynamic evaluation
+    assert main(argv(baseline_line, _cuts)) == 0
+    out = capsys.readouterr().out
+    assert "registered dynlm-rnn v1" in out and f"reusing {prepared_root}" in out, out
+    rnn = client.get_model_version_by_alias("dynlm-rnn", "champion")
+    assert client.get_run(rnn.run_id).data.tags["dynlm.prepared_root"] == prepared_root
+    assert main(argv(dynamic_line, _cuts, key)) == 0
+    out = capsys.readouterr().out
+    assert "models:/dynlm-rnn@champion" in out and "dynamic evaluation: eta/lambda picked on validation" in out
+    static, dynamic = _table(out, "models:/dynlm-rnn@champion"), _table(out, "dynamic evaluation (eta=")
+    assert float(dynamic["all tokens"]) < float(static["all tokens"])  # it adapts to each document

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -41,11 +42,11 @@ def stale_ray_address_file(ray_session):
     Regression: Train's placement-group cleaner read it, failed, and the placement groups of
     ended trials leaked until the next trial could not be scheduled. ``run_search`` claims it.
     """
-    import ray._private.utils as ray_utils
+    from pipelines.ray_env import write_address_file
 
-    ray_utils.write_ray_address("127.0.0.1:1")
+    write_address_file("127.0.0.1:1")
     yield
-    ray_utils.write_ray_address(ray_session.get_runtime_context().gcs_address)
+    write_address_file(ray_session.get_runtime_context().gcs_address)
 
 
 def _space(tmp_path, synth_dir, search, base=None, **tune):
@@ -237,6 +238,22 @@ def test_search_where_no_trial_finishes_exits_1_and_names_the_errors(ray_session
     assert parent.info.status == "FAILED" and parent.data.metrics["num_failed_trials"] == 1
     assert parent.data.tags["dynlm.failed_trials"].count("fault injection") == 1
     _wait_for_idle_cluster(ray_session)
+
+
+def test_a_data_config_the_corpus_cannot_support_is_left_to_its_trials(ray_session, tmp_path, synth_dir, capsys):
+    """The pre-pass prepares the configs it can; one the corpus cannot support (more BPE merges
+    than it has pairs) is recorded with its one-line reason, which its trials fail with (their
+    first error line, listed by the search), instead of ending the whole search."""
+    from pipelines.tune import prepare_all
+
+    space = _space(tmp_path, synth_dir, {"data.bpe_merges": {"grid": [0, 100000]}})
+    roots, unprepared = prepare_all(space)
+    (root,) = roots.values()
+    assert Path(root).parent == tmp_path / "prepared"
+    ((encoding, reason),) = unprepared.items()
+    assert re.fullmatch(r"the corpus \(\d+ word types, \d+ characters\) supports at most \d+ BPE merges, "
+                        r"100000 were asked \(bpe_merges\)", reason), reason
+    assert "[tune] data config 2/2 cannot be prepared; its trials will fail: the corpus" in capsys.readouterr().out
 
 
 def test_a_trial_never_preprocesses_a_missing_data_config(tmp_path, synth_dir):
