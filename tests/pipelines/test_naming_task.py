@@ -30,6 +30,15 @@ class Wallet:
 '''
 
 
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """One fresh clone for the block: the search (the next test) finds the standard library
+    prepared by the first line, as it would in a user's clone (the same data settings)."""
+    folder = tmp_path_factory.mktemp("clone")
+    fresh_clone(folder)
+    return folder
+
+
 def _cuts(args: list[str]) -> list[str]:
     """What the test appends to a README line: sizes only."""
     if args[0] == "train":
@@ -39,19 +48,19 @@ def _cuts(args: list[str]) -> list[str]:
     return []
 
 
-def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys):
+def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_uri, clone, monkeypatch, capsys):
+    """The block's lines but its last (the search: the next test), in order."""
     import mlflow
     from mlflow import MlflowClient
 
-    monkeypatch.chdir(tmp_path)
-    fresh_clone(tmp_path)
-    prepare_line, train_line, evaluate_line, suggest_line, tune_line = readme_block(NAMING_BLOCK)
+    monkeypatch.chdir(clone)
+    prepare_line, train_line, evaluate_line, suggest_line, _ = readme_block(NAMING_BLOCK)
     capsys.readouterr()
 
     assert main(argv(prepare_line, _cuts)) == 0
     root = prepared_folder(capsys.readouterr().out)
     prepared = PreparedData.open(root)
-    assert prepared.manifest["task"] == "naming" and root.parent == tmp_path / "runs" / "prepared"
+    assert prepared.manifest["task"] == "naming" and root.parent == clone / "runs" / "prepared"
     assert prepared.manifest["counts"]["quarantined"] == 0
     sizes = {split: prepared.num_documents(split) for split in ("train", "valid", "test")}
     assert sizes["train"] > 5_000 and sizes["valid"] > 500 and sizes["test"] > 500, sizes  # every def of the stdlib
@@ -72,7 +81,7 @@ def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_
     table = capsys.readouterr().out
     assert "models:/dynlm-naming@champion (naming) on" in table and "F1" in table
 
-    (tmp_path / "mymodule.py").write_text(SNIPPET)  # the user's own file
+    (clone / "mymodule.py").write_text(SNIPPET)  # the user's own file
     assert main(argv(suggest_line, _cuts)) == 0
     out = capsys.readouterr().out
     assert "Wallet.__init__" in out and "Wallet.get_balance" in out, out
@@ -84,7 +93,7 @@ def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_
     assert all(1 <= len(r["suggestions"]) <= 3 for r in rows)
     probabilities = [p for _, p in rows[1]["suggestions"]]
     assert probabilities == sorted(probabilities, reverse=True) and 0.0 < sum(probabilities) <= 1.0 + 1e-6
-    (tmp_path / "broken.py").write_text("def oops(:\n    pass\n")
+    (clone / "broken.py").write_text("def oops(:\n    pass\n")
     assert main(["suggest-name", "--model", "models:/dynlm-naming@champion", "broken.py"]) == 1
     assert "broken.py" in capsys.readouterr().err
 
@@ -98,6 +107,19 @@ def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_
     with pytest.raises(Exception, match="no 'source' column"):
         served.predict(pd.DataFrame({"path": ["x.py"]}))
 
+
+JOB_TOP_K = 5  # NamingModelConfig.top_k's default: what a served model suggests per function
+
+
+def test_the_readme_naming_search_on_the_standard_library(ray_session, mlflow_uri, clone, monkeypatch, capsys):
+    """The block's last line, `dynlm tune --space tune_spaces/naming.yaml`, in the same clone:
+    its pre-pass reuses the folder the block's first line prepared (run alone, it prepares it)."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(clone)
+    *_, tune_line = readme_block(NAMING_BLOCK)
+    assert tune_line[:2] == ["dynlm", "tune"]
+    client = MlflowClient(mlflow_uri)
     assert main(argv(tune_line, _cuts)) == 0
     captured = capsys.readouterr()
     assert "failed:" not in captured.err
@@ -106,6 +128,3 @@ def test_the_readme_naming_commands_on_the_standard_library(ray_session, mlflow_
     children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(c.data.params["model.type"] for c in children) == ["name", "subtoken"]
     assert parent.data.metrics["num_failed_trials"] == 0
-
-
-JOB_TOP_K = 5  # NamingModelConfig.top_k's default: what a served model suggests per function
