@@ -178,7 +178,7 @@ def kill_after_commit(run_dir: str, epoch: int, timeout_s: float = 300.0) -> Non
     while name not in committed_checkpoints(run_dir):
         if time.monotonic() > deadline:
             raise TimeoutError(f"fault injection: {name} was not committed within {timeout_s:.0f} s")
-        time.sleep(0.25)
+        time.sleep(0.5)  # each look reads Ray Train's state from storage (Result.from_path)
     faults.kill_point("train:checkpoint_committed")
 
 
