@@ -39,24 +39,33 @@ def _cuts(args: list[str]) -> list[str]:
     return []
 
 
-def test_the_readme_cloze_commands_then_the_served_reader(ray_session, mlflow_uri, tmp_path, monkeypatch, capsys,
-                                                          processes):
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """One fresh clone for the block (the search, the next test, reads the questions the first
+    line wrote)."""
+    folder = tmp_path_factory.mktemp("clone")
+    fresh_clone(folder)
+    return folder
+
+
+def test_the_readme_cloze_commands_then_the_served_reader(ray_session, mlflow_uri, clone, tmp_path, monkeypatch,
+                                                          capsys, processes):
+    """The block's lines but its last (the search: the next test), in order; then the served reader."""
     import mlflow
     from mlflow import MlflowClient
 
-    monkeypatch.chdir(tmp_path)
-    fresh_clone(tmp_path)
-    synth_line, prepare_line, train_line, evaluate_line, tune_line = readme_block(CLOZE_BLOCK)
+    monkeypatch.chdir(clone)
+    synth_line, prepare_line, train_line, evaluate_line, _ = readme_block(CLOZE_BLOCK)
     assert main(argv(synth_line, _cuts)) == 0
     block = synthetic_cbt_text(1, seed=99)
-    (tmp_path / "cloze" / "cbtest_CN_broken.txt").write_text(block.replace("21 ", "22 ", 1) + block)  # 1 quarantined
+    (clone / "cloze" / "cbtest_CN_broken.txt").write_text(block.replace("21 ", "22 ", 1) + block)  # 1 quarantined
     capsys.readouterr()
 
     assert main(argv(prepare_line, _cuts)) == 0
     root = prepared_folder(capsys.readouterr().out)
     prepared = PreparedData.open(root)
     assert prepared.manifest["task"] == "cloze" and prepared.manifest["counts"]["quarantined"] == 1
-    assert root.parent == tmp_path / "runs" / "prepared"
+    assert root.parent == clone / "runs" / "prepared"
     assert sum(prepared.num_documents(split) for split in ("train", "valid", "test")) == 241
 
     assert main(argv(train_line, _cuts)) == 0
@@ -84,18 +93,6 @@ def test_the_readme_cloze_commands_then_the_served_reader(ray_session, mlflow_ur
     for key, value in scored["never"]["metrics"].items():  # None: a metric of an empty class
         assert scored["always"]["metrics"][key] == (value if value is None else pytest.approx(value, rel=1e-6)), key
 
-    # the search: each distinct bpe_merges prepared once before the trials, which prepare nothing
-    assert main(argv(tune_line, _cuts) + ["--json"]) == 0
-    searched = json.loads(capsys.readouterr().out)
-    assert searched["num_trials"] == 2 and not searched["interrupted"] and searched["num_prepared"] == 3
-    parent = client.get_run(searched["parent_run_id"])
-    assert parent.data.metrics["num_failed_trials"] == 0
-    assert {"tune_results.csv", "tune_results.png"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
-    best = searched["best"]
-    assert 0.0 <= best["best_valid_objective"] <= 1.0  # error = 1 - accuracy
-    registered = client.search_model_versions("name = 'dynlm-saw'")
-    assert best["run_id"] in {v.tags["run_id"] for v in registered}  # the best went through the champion rule
-
     lines = block.splitlines()
     document = " ".join(line.split(" ", 1)[1] for line in lines[:20])
     query, answer, _, candidates = lines[20].split(" ", 1)[1].split("\t")
@@ -120,3 +117,27 @@ def test_the_readme_cloze_commands_then_the_served_reader(ray_session, mlflow_ur
         assert abs(prediction["probability"] - answers["probability"][0]) < 1e-6
         status, body = post_json(f"{base}/invocations", {"dataframe_records": [{"document": document, "query": " "}]})
         assert status == 400 and "'query' must be non-empty" in body["message"]
+
+
+def test_the_readme_cloze_search(ray_session, mlflow_uri, clone, monkeypatch, capsys):
+    """The block's last line, `dynlm tune --space tune_spaces/saw_small.yaml`, on the questions
+    its first line wrote (run alone, this test writes them with that line first)."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(clone)
+    synth_line, *_, tune_line = readme_block(CLOZE_BLOCK)
+    if not (clone / "cloze").is_dir():
+        assert main(argv(synth_line, _cuts)) == 0
+    capsys.readouterr()
+    client = MlflowClient(mlflow_uri, registry_uri=mlflow_uri)  # the registry global may be the last test's
+    # the search: each distinct bpe_merges prepared once before the trials, which prepare nothing
+    assert main(argv(tune_line, _cuts) + ["--json"]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert searched["num_trials"] == 2 and not searched["interrupted"] and searched["num_prepared"] == 3
+    parent = client.get_run(searched["parent_run_id"])
+    assert parent.data.metrics["num_failed_trials"] == 0
+    assert {"tune_results.csv", "tune_results.png"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    best = searched["best"]
+    assert 0.0 <= best["best_valid_objective"] <= 1.0  # error = 1 - accuracy
+    registered = client.search_model_versions("name = 'dynlm-saw'")
+    assert best["run_id"] in {v.tags["run_id"] for v in registered}  # the best went through the champion rule
