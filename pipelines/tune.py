@@ -116,9 +116,9 @@ def prepare_all(space: SearchSpace) -> tuple[dict[str, str], dict[str, str]]:
         except Exception as exc:
             if not is_user_error(exc):
                 raise
-            unprepared[cfg.encoding_hash()] = error_line(exc).removeprefix("dynlm: error: ")
-            print(f"[tune] data config {i}/{len(configs)} cannot be prepared; its trials will fail: "
-                  f"{unprepared[cfg.encoding_hash()]}", flush=True)
+            reason = unprepared[cfg.encoding_hash()] = error_line(exc).removeprefix("dynlm: error: ")
+            print(f"[tune] data config {i}/{len(configs)} cannot be prepared; its trials will fail: {reason}",
+                  flush=True)
             continue
         roots[cfg.data_hash()] = storage.absolute(prepared.root)
     return roots, unprepared
@@ -167,9 +167,9 @@ def train_driver_fn(config: dict, context: dict) -> None:
         return
     params = {key: config[key] for key in context["search_keys"]}
     job = trial_job(context["base"], params, f"{context['experiment']}-{trial_id}-{time.strftime('%H%M%S')}")
-    unprepared = context.get("unprepared", {}).get(job.data.encoding_hash())  # absent in searches saved before it
-    if unprepared is not None:
-        raise ConfigError(f"data config {job.data.data_hash()} could not be prepared: {unprepared}")
+    unprepared = context.get("unprepared") or {}  # absent in searches saved before it
+    if unprepared and (reason := unprepared.get(job.data.encoding_hash())) is not None:  # hashed only when needed
+        raise ConfigError(f"data config {job.data.data_hash()} could not be prepared: {reason}")
     root = context["prepared"].get(job.data.data_hash())  # content-addressed: any path spelling
     prepared = PreparedData.open(root) if root is not None else _derive_in_trial(job.data, context)
     run_training(job, prepared, parent_run_id=context["parent_run_id"], tune_callback=True,
