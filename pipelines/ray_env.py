@@ -11,21 +11,17 @@ controller is still alive) fails when the file names a cluster that is gone, and
 placement groups of every ended Tune trial leak until the next trial cannot be scheduled.
 
 A driver killed with SIGKILL takes its local Ray's head processes with it (Ray binds them to
-the driver), but two of the raylet's children do not die: the dashboard agent and the runtime
-env agent see the raylet gone and then wait forever on the dead GCS (ray 2.60). So a local Ray
-started here is marked as dynlm's (``dynlm_driver.json`` in its session folder: the driver's
-pid and start time), and every later start of a local Ray first reaps the processes still
-holding files in the session folder of a marked Ray whose driver is gone
-(:func:`reap_orphaned_local_rays`). Linux only (``/proc``); elsewhere nothing is reaped.
+the driver). Two of the raylet's children, the dashboard agent and the runtime env agent, see
+the raylet gone and wait for the dead GCS until Ray's GCS reconnect timeout ends them (60 s by
+default, ``RAY_gcs_rpc_server_reconnect_timeout_s``; measured 60-70 s, ray 2.60). Nothing of a
+killed run outlives that: ``tests/pipelines/test_train_sigkill.py`` checks it. dynlm does not
+look for or kill processes itself.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
-import signal
 import socket
 import sys
 import tempfile
@@ -56,90 +52,6 @@ LOCAL_RAY_ENV = {
 #: twice per training on 2 cores). A local Ray started here keeps this many more.
 IDLE_WORKERS_KEPT = 4
 SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
-
-DRIVER_FILE = "dynlm_driver.json"  # in a local Ray's session folder: the dynlm driver that started it
-_SESSION_DIR = re.compile(r"^(.*/session_[0-9_-]+)(/|$)")  # <temp dir>/ray/session_<date>_<time>_<n>_<pid>
-
-
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot; tells a reused pid apart), or
-    None when no such process exists or ``/proc`` is unavailable."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _processes() -> dict[int, tuple[str, list[str]]]:
-    """Every process this user may inspect: pid -> (command line, paths of its open files)."""
-    found = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            paths = []
-            for fd in (entry / "fd").iterdir():
-                try:
-                    paths.append(os.readlink(fd))
-                except OSError:
-                    pass
-        except OSError:  # gone meanwhile, or another user's process
-            continue
-        found[int(entry.name)] = (command, paths)
-    return found
-
-
-def processes_using(folder: str) -> list[tuple[int, str]]:
-    """(pid, command line) of the processes, other than this one, whose command line names
-    ``folder`` or that hold a file open under it (Ray's processes hold their session's logs)."""
-    return sorted((pid, command) for pid, (command, paths) in _processes().items()
-                  if pid != os.getpid() and (folder in command or any(p.startswith(folder) for p in paths)))
-
-
-def record_driver(session_dir: str) -> None:
-    """Mark the local Ray of ``session_dir`` as started by this process (see the module doc)."""
-    try:
-        Path(session_dir, DRIVER_FILE).write_text(json.dumps({"pid": os.getpid(), "start_time": _start_time(os.getpid())}))
-    except OSError as exc:
-        logger.warning("could not mark the Ray session %s as dynlm's: %s", session_dir, exc)
-
-
-def _driver_gone(session_dir: str) -> bool:
-    """True when ``session_dir`` is marked as dynlm's and the process that started it is gone."""
-    try:
-        driver = json.loads(Path(session_dir, DRIVER_FILE).read_text())
-    except (OSError, ValueError):
-        return False  # not started by dynlm (or not readable): never ours to reap
-    return _start_time(driver["pid"]) != driver["start_time"]
-
-
-def reap_orphaned_local_rays() -> int:
-    """SIGKILL what is left of dynlm-started local Rays whose driver died; return how many.
-
-    A process belongs to a Ray session when it holds a file open in its session folder (the
-    agents' log files); the session is reaped only when its ``dynlm_driver.json`` names a
-    driver that no longer runs, so a Ray of a live driver, a ``ray start`` cluster or another
-    tool's Ray is never touched.
-    """
-    by_session: dict[str, set[int]] = {}
-    for pid, (_, paths) in _processes().items():
-        for path in paths:
-            match = _SESSION_DIR.match(path)
-            if match and pid != os.getpid():
-                by_session.setdefault(match.group(1), set()).add(pid)
-    reaped = 0
-    for session_dir, pids in sorted(by_session.items()):
-        if not _driver_gone(session_dir):
-            continue
-        for pid in sorted(pids):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                reaped += 1
-            except OSError:
-                pass
-        print(f"[ray] stopped {len(pids)} process(es) left by the local Ray of a killed dynlm ({session_dir})",
-              flush=True)
-    return reaped
-
 
 def address_file() -> Path:
     """Where ``ray start`` records its cluster's address and ``ray.init()`` looks for it:
@@ -214,7 +126,7 @@ def claim_address_file() -> None:
         logger.warning("could not record the Ray address %s: %s", ours, exc)
 
 
-_STARTED_HERE: dict[str, str] = {}  # GCS address -> session folder of each local Ray start_local_ray started
+_STARTED_HERE: set[str] = set()  # GCS addresses of the local Rays start_local_ray started
 
 
 def started_here() -> bool:
@@ -226,30 +138,19 @@ def started_here() -> bool:
     return ray.is_initialized() and ray.get_runtime_context().gcs_address in _STARTED_HERE
 
 
-def local_session_dir() -> str | None:
-    """The session folder of the Ray this process is connected to, when it started it (None
-    for a joined cluster)."""
-    import ray
-
-    return _STARTED_HERE.get(ray.get_runtime_context().gcs_address) if ray.is_initialized() else None
-
-
-def start_local_ray(*, reap: bool = True, **init_kwargs):
-    """Start a new local Ray on this machine the way every dynlm verb does: reap what killed
-    dynlm drivers left (``reap``), export :func:`local_ray_env`, ``ray.init(address="local",
-    **init_kwargs)``, mark the session folder as this driver's and claim the address file.
+def start_local_ray(**init_kwargs):
+    """Start a new local Ray on this machine the way every dynlm verb does: export
+    :func:`local_ray_env`, ``ray.init(address="local", **init_kwargs)``, remember that this
+    process started it (:func:`started_here`) and claim the address file.
 
     Returns:
         ``ray.init``'s context (its ``address_info`` names the session folder and the GCS).
     """
     import ray
 
-    if reap:
-        reap_orphaned_local_rays()  # what a killed dynlm's local Ray left running
     export_local_ray_env(init_kwargs.get("num_cpus"))
     context = ray.init(address="local", **init_kwargs)  # never the recorded (stale) cluster
-    _STARTED_HERE[context.address_info["gcs_address"]] = context.address_info["session_dir"]
-    record_driver(context.address_info["session_dir"])
+    _STARTED_HERE.add(context.address_info["gcs_address"])
     claim_address_file()
     return context
 

@@ -99,3 +99,26 @@ def processes_of_this_session() -> list[tuple[int, str]]:
             continue
         found.append((int(entry.name), command))
     return found
+
+
+def processes_using(folder: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes, other than this one, whose command line names
+    ``folder`` or that hold a file open under it (a Ray's processes hold its session's logs, so
+    this finds what is left of a Ray started with ``RAY_TMPDIR=folder``)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        if int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            paths = []
+            for fd in (entry / "fd").iterdir():
+                try:
+                    paths.append(os.readlink(fd))
+                except OSError:
+                    pass
+        except OSError:  # gone meanwhile, or another user's process
+            continue
+        if folder in command or any(path.startswith(folder) for path in paths):
+            found.append((int(entry.name), command))
+    return sorted(found)

@@ -161,9 +161,8 @@ def ray_session(moto_s3_endpoint):
     from pipelines.ray_env import claim_address_file, start_local_ray
 
     if not ray.is_initialized():
-        # as `dynlm` starts a local Ray (a fresh single-node cluster, never one left by another
-        # process), without reaping: a test's own killed `dynlm` is the test's to check
-        start_local_ray(reap=False, num_cpus=2, include_dashboard=True, log_to_driver=False,
+        # as `dynlm` starts a local Ray (a fresh single-node cluster, never one left by another process)
+        start_local_ray(num_cpus=2, include_dashboard=True, log_to_driver=False,
                         runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     claim_address_file()  # Train's placement-group cleaner finds this cluster through it
     yield ray

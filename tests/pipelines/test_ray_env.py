@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -72,15 +71,9 @@ def test_a_local_ray_gets_dynlm_settings_unless_the_user_set_them(monkeypatch):
     assert local_ray_env(None)["RAY_num_workers_soft_limit"] == str(os.cpu_count() + 4)
 
 
-def test_the_session_ray_was_started_here_and_marked_as_this_driver(ray_session):
+def test_the_session_ray_was_started_here(ray_session):
     """The session's Ray is started as `dynlm` starts a local one (start_local_ray): this process
-    knows it started it (so missing workers fail at once) and its session folder names this
-    process as its driver (so a later `dynlm` reaps it only once this process is gone)."""
-    import json
-
-    from pipelines.ray_env import DRIVER_FILE, _driver_gone, local_session_dir, started_here
+    knows it started it (so missing workers fail at once and its size is not waited for)."""
+    from pipelines.ray_env import started_here
 
     assert started_here()
-    session_dir = Path(local_session_dir())
-    assert json.loads((session_dir / DRIVER_FILE).read_text())["pid"] == os.getpid()
-    assert not _driver_gone(str(session_dir))

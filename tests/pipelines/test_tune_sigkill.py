@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow import MlflowClient
-from train_process import RUN_TIMEOUT_S, left_after, ray_tmp, stop_and_remove
+from train_process import ORPHANED_AGENTS_EXIT_S, RUN_TIMEOUT_S, left_after, ray_tmp, stop_and_remove
 
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
@@ -85,7 +85,7 @@ def test_tune_killed_after_a_trial_finished_resumes_without_rerunning_it(tmp_pat
 
     returncode, text = _tune(processes, tmp_path, resumed_tmp, "--resume", "killed", "--storage-path", str(tmp_path / "ray"))
     assert returncode == 0, text[-4000:]
-    assert left_after(killed_tmp, 10) == []  # the killed run's Ray was reaped by the resume
+    assert left_after(killed_tmp, ORPHANED_AGENTS_EXIT_S) == []  # nothing of the killed run's Ray is left
     assert left_after(resumed_tmp, 30) == []
 
     assert runs("RUNNING") == []  # nothing is left RUNNING: not the parent, not an attempt the kill cut off

@@ -13,14 +13,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from child_processes import processes_using
+
 from dynlm.faults import KILL_AT_ENV, KILL_PID_ENV
-from pipelines.ray_env import processes_using
 from pipelines.train import committed_checkpoints
 
 TINY = ["train.epochs=2", "train.batch_size=4", "train.early_stopping_patience=0", "model.embed_dim=16",
         "model.hidden_dim=16", "data.vocab_size=300", "data.bpe_merges=30", "data.num_encode_actors=1",
         "run.cpus_per_worker=0.4", "run.num_workers=2"]
 RUN_TIMEOUT_S = 420
+#: A driver killed with SIGKILL leaves its raylet's dashboard and runtime-env agents waiting on the
+#: dead GCS until Ray's GCS reconnect timeout (``gcs_rpc_server_reconnect_timeout_s``, 60 s) ends
+#: them (measured 60-70 s, ray 2.60); everything of the killed run must be gone by then.
+ORPHANED_AGENTS_EXIT_S = 90
 
 
 def ray_tmp(name: str) -> Path:
