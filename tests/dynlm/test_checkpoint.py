@@ -73,9 +73,10 @@ def test_a_checkpoint_saved_before_the_best_known_defaults_keeps_its_meaning(ran
     batch = collate_documents(random_rows(3), spec)
     with torch.no_grad():
         outputs, _ = model(batch.sentences, model.init_state(3))
-    # the same scores as when it was saved (the sum of its finite logits then)
+    # the same scores as when it was saved (the sum of its finite logits then; float32 kernels
+    # differ in their last bits between thread counts and runs: 56.6515915 was seen too)
     total = sum(float(o.logits[torch.isfinite(o.logits)].double().sum()) for o in outputs)
-    assert total == pytest.approx(56.651591673493385, rel=1e-9)
+    assert total == pytest.approx(56.651591673493385, rel=1e-6)
 
 
 def test_bytes_round_trip_rebuilds_the_same_model(tiny_spec, random_rows):
