@@ -42,7 +42,7 @@ from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_ev
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
-from dynlm.training import evaluate
+from dynlm.tasks.lm_evaluation import evaluate_lm
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -147,18 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for layout_batches in batches.values():
         for model in (fused, rational["compile_update"]):
-            evaluate(model, layout_batches[:1])  # compiles (chunk lengths vary: a dynamic-shape kernel too)
+            evaluate_lm(model, layout_batches[:1])  # compiles (chunk lengths vary: a dynamic-shape kernel too)
     compile_seconds = time.perf_counter() - start
     names = list(eager.adapted_parameter_names().values())
     rows_to_run = []
     for layout, layout_batches in batches.items():
-        rows_to_run += [(layout, "static LSTM", lambda b=layout_batches: evaluate(static, b)),
-                        (layout, "dynamical LM, compile_update", lambda b=layout_batches: evaluate(fused, b)),
-                        (layout, "dynamical LM, eager", lambda b=layout_batches: evaluate(eager, b)),
+        rows_to_run += [(layout, "static LSTM", lambda b=layout_batches: evaluate_lm(static, b)),
+                        (layout, "dynamical LM, compile_update", lambda b=layout_batches: evaluate_lm(fused, b)),
+                        (layout, "dynamical LM, eager", lambda b=layout_batches: evaluate_lm(eager, b)),
                         (layout, "dynamical LM, rational gates, compile_update",
-                         lambda b=layout_batches: evaluate(rational["compile_update"], b)),
+                         lambda b=layout_batches: evaluate_lm(rational["compile_update"], b)),
                         (layout, "dynamical LM, rational gates, eager",
-                         lambda b=layout_batches: evaluate(rational["eager"], b))]
+                         lambda b=layout_batches: evaluate_lm(rational["eager"], b))]
     rows_to_run.append(("sentence lockstep", "dynamic evaluation, output layer (batch 1)",
                         lambda: dynamic_evaluate(static, lockstep, rule, stats, names=names)))
     speeds = {(layout, label): [] for layout, label, _ in rows_to_run}

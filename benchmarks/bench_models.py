@@ -43,7 +43,10 @@ from dynlm.data.batching import DocumentBatch, batch_documents
 from dynlm.models import build_model
 from dynlm.models.config import DNTMSettings, ModelConfig
 from dynlm.models.dntm import PAPER_DNTM
+from dynlm.tasks.lm import LMTask
 from dynlm.training import TrainConfig, train_step
+
+LM_TASK = LMTask()
 from dynlm.vocab_spec import VocabSpec
 
 MERGE_FNS = ["max", "gru", "gru_relu", "latest", "attention"]
@@ -219,7 +222,7 @@ def run_corpus(args, device) -> None:
             model = build_model(model_cfg, spec).to(device)
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
             variants[f"{model_name} ({layout_name})"] = (
-                lambda b, model=model, optimizer=optimizer, cfg=cfg: train_step(model, b, optimizer, cfg)["tokens"],
+                lambda b, model=model, optimizer=optimizer, cfg=cfg: train_step(LM_TASK, model, b, optimizer, cfg)["tokens"],
                 warm, timed)
     # The plain stream reads the same target tokens: every document's inputs, concatenated.
     stream = torch.tensor([w for r in rows for w in _inputs(r)], dtype=torch.long)
@@ -345,7 +348,7 @@ def main() -> None:
     def lm_variant(model_cfg: ModelConfig):
         model = build_model(model_cfg, spec).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        return lambda b: train_step(model, b, optimizer, cfg)["tokens"]
+        return lambda b: train_step(LM_TASK, model, b, optimizer, cfg)["tokens"]
 
     variants["RNNLM (word)"] = lm_variant(ModelConfig(type="rnn", **sizes))
     variants["RNNLM (word+subword)"] = lm_variant(ModelConfig(type="rnn", embedding="word+subword", **sizes))

@@ -71,6 +71,8 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
     from dynlm.optim import LRSchedule, build_optimizer
     from dynlm.tasks.lm import LMTask
     from dynlm.training import set_seed, train_step
+
+    LM_TASK = LMTask()
     from pipelines.train import SORT_BUFFER_BATCHES
 
     cfg = job.train
@@ -88,7 +90,7 @@ def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
                                       layout=task.batch_layout(cfg, job.model))
         for batch in batches:
             with torch.autocast("cuda", dtype=torch.bfloat16) if use_gpu else torch.autocast("cpu", enabled=False):
-                tokens += train_step(model, batch, optimizer, cfg, scheduler=schedule)["tokens"]
+                tokens += train_step(LM_TASK, model, batch, optimizer, cfg, scheduler=schedule)["tokens"]
         if use_gpu:
             torch.cuda.synchronize()
         rates.append(tokens / (time.perf_counter() - started))

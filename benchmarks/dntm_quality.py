@@ -59,7 +59,11 @@ from dynlm.losses import token_nll  # noqa: E402
 from dynlm.models import build_model  # noqa: E402
 from dynlm.models.config import ModelConfig  # noqa: E402
 from dynlm.models.dntm import PAPER_DNTM  # noqa: E402
-from dynlm.training import FitHooks, TrainConfig, evaluate, fit  # noqa: E402
+from dynlm.tasks.lm import LMTask  # noqa: E402
+from dynlm.tasks.lm_evaluation import evaluate_lm  # noqa: E402
+from dynlm.training import FitHooks, TrainConfig, fit
+
+LM_TASK = LMTask()
 
 ENTITY_CLASS = "entity_class_output"  # a model-level setting a row may add to its model.dntm settings
 DNTM_ROWS = {  # row name -> model.dntm settings (+ ENTITY_CLASS: model.entity_class_output)
@@ -152,7 +156,7 @@ def train_dynlm(args, spec, rows, dntm: dict):
     if args.ema_decay > 0:
         return _train_with_weight_average(args, spec, rows, model, cfg)
     result = fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-                 lambda: _batches(rows["valid"], spec, args, None), cfg)
+                 lambda: _batches(rows["valid"], spec, args, None), cfg, task=LM_TASK)
     history = result["history"]
     by_epoch = {key: [round(r[f"valid_{key}"], 2) for r in history] for key, _ in METRICS}
     print(f"  valid by epoch: {by_epoch}, best epoch {result['best_epoch']} (its weights are kept)", flush=True)
@@ -175,14 +179,14 @@ def _train_with_weight_average(args, spec, rows, model, cfg):
     best = {"ppl": math.inf, "epoch": 0, "weights": None, "history": []}
 
     def on_epoch(epoch: int, record: dict) -> None:
-        valid = evaluate(average.module, _batches(rows["valid"], spec, args, None))
+        valid = evaluate_lm(average.module, _batches(rows["valid"], spec, args, None))
         best["history"].append({key: round(valid[key], 2) for key, _ in METRICS})
         if valid["ppl"] < best["ppl"]:
             best.update(ppl=valid["ppl"], epoch=epoch, weights=copy.deepcopy(average.module.state_dict()))
 
     fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
         lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch,
-        hooks=FitHooks(after_step=after_step, restore_best=False))
+        hooks=FitHooks(after_step=after_step, restore_best=False), task=LM_TASK)
     by_epoch = {key: [h[key] for h in best["history"]] for key, _ in METRICS}
     print(f"  valid by epoch (weight average, decay {args.ema_decay}): {by_epoch}, best epoch {best['epoch']} "
           "(its averaged weights are kept)", flush=True)
@@ -326,10 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = load_row(args, spec, name) if args.load_dir is not None else build()
         if args.save_dir is not None and args.load_dir is None:
             save_row(args, spec, name, models[name])
-        record(name, evaluate(models[name], _batches(rows["test"], spec, args, None)), since)
+        record(name, evaluate_lm(models[name], _batches(rows["test"], spec, args, None)), since)
         if ood_rows is not None:
             since = time.perf_counter()
-            ood_results.append((name, {**evaluate(models[name], _batches(ood_rows, spec, args, None)),
+            ood_results.append((name, {**evaluate_lm(models[name], _batches(ood_rows, spec, args, None)),
                                        "seconds": time.perf_counter() - since}))
 
     ood_rows = load_out_of_domain(args, pre) if args.ood_dir else None

@@ -35,7 +35,10 @@ from reproduce_dntm import load_litbank  # noqa: E402
 
 from dynlm.data.batching import KIND_REAPPEAR  # noqa: E402
 from dynlm.models import build_model  # noqa: E402
+from dynlm.tasks.lm import LMTask  # noqa: E402
 from dynlm.training import TrainConfig, fit  # noqa: E402
+
+LM_TASK = LMTask()
 
 
 @torch.no_grad()
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         model.train()
 
     fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-        lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch)
+        lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch, task=LM_TASK)
     if own.output:
         own.output.write_text(json.dumps(records, indent=1))
     return 0

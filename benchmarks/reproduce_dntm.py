@@ -36,7 +36,11 @@ from dynlm.data.split import assign_split
 from dynlm.models import build_model
 from dynlm.models.config import ModelConfig
 from dynlm.models.dntm import PAPER_DNTM
-from dynlm.training import TrainConfig, evaluate, fit
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.training import TrainConfig, fit
+
+LM_TASK = LMTask()
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "litbank" / "conll"
@@ -147,8 +151,8 @@ def train_and_evaluate(args, spec, rows, dynamic: str, merge_fn: str) -> dict:
     result = fit(model,
                  lambda epoch: batch_documents(rows["train"], spec, args.batch_size, seed=args.seed + epoch),
                  lambda: batch_documents(rows["valid"], spec, args.batch_size, seed=None),
-                 train_cfg)
-    test = evaluate(model, batch_documents(rows["test"], spec, args.batch_size, seed=None))
+                 train_cfg, task=LM_TASK)
+    test = evaluate_lm(model, batch_documents(rows["test"], spec, args.batch_size, seed=None))
     return {**test, "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
             "best_epoch": result["best_epoch"],
             "valid_ppl": result["best_valid_objective"]}

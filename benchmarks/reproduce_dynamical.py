@@ -54,7 +54,11 @@ from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_
 from dynlm.models.config import ModelConfig
 from dynlm.models.dynamical_lm import DynamicalLM
 from dynlm.models.rnn_lm import RNNLM
-from dynlm.training import FitHooks, TrainConfig, evaluate, fit, train_step
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.training import FitHooks, TrainConfig, fit, train_step
+
+LM_TASK = LMTask()
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "wikitext-2"
@@ -191,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         best = [float("inf"), 0, None]  # valid ppl, step, state dict
 
         def checkpoint_on_valid():
-            v = evaluate(model, valid)["ppl"]
-            per_doc = [evaluate(model, [b]) for b in train_probe]  # one article per batch (eval batch 1)
+            v = evaluate_lm(model, valid)["ppl"]
+            per_doc = [evaluate_lm(model, [b]) for b in train_probe]  # one article per batch (eval batch 1)
             tr = math.exp(sum(m["loss"] * m["tokens"] for m in per_doc) / sum(m["tokens"] for m in per_doc))
             doc_mean = sum(m["loss"] for m in per_doc) / len(per_doc)  # what a step of a whole article minimises
             recent = sum(losses[-every:]) / len(losses[-every:]) if losses else float("nan")
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         while step < total:
             for batch in batch_documents(meta_rows, spec, batch_size, seed=1000 * args.seed + 100 + epoch):
                 batch = batch.to(device)
-                out = train_step(model, batch, optimizer, cfg)
+                out = train_step(LM_TASK, model, batch, optimizer, cfg)
                 losses.append(out["loss"])
                 gates = {k: v for k, v in out.items() if k.startswith("gate_")}
                 if gate_steps is not None and gates:  # a short document may end before its first update
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     static = RNNLM(model_cfg, spec).to(device)
     train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
                             early_stopping_patience=args.patience)
-    fitted = fit(static, train_batches, lambda: valid, train_cfg, hooks=FitHooks(restore_best=True))
+    fitted = fit(static, train_batches, lambda: valid, train_cfg, hooks=FitHooks(restore_best=True), task=LM_TASK)
     print(f"theta_0: epoch {fitted['best_epoch']} of {fitted['epochs_run']} (best valid ppl)", flush=True)
     theta_0 = copy.deepcopy(static.state_dict())  # (c) starts here
     meta_cfg = train_cfg.replace(bptt_sentences=2)  # (a)'s extra training
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         static_pick = extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg,
                                      curve=static_curve, batch_size=args.meta_batch_size)
     results = {}
-    results["static"] = [timed_eval(lambda: evaluate(static, valid)), timed_eval(lambda: evaluate(static, test))]
+    results["static"] = [timed_eval(lambda: evaluate_lm(static, valid)), timed_eval(lambda: evaluate_lm(static, test))]
     print("static", [(m["ppl"], speed) for m, speed in results["static"]], flush=True)
 
     # (b) dynamic evaluation, eta / lambda tuned on validation
@@ -269,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     dynamical.init_from_dynamic_eval(init_cfg, stats_0)
     if args.compile_update:  # compile outside the timed evaluations: every shape the kernels meet
         start = time.perf_counter()  # (a fixed shape first, then a dynamic one: one pass over both splits)
-        evaluate(dynamical, valid)
-        evaluate(dynamical, test)
+        evaluate_lm(dynamical, valid)
+        evaluate_lm(dynamical, test)
         compile_seconds = time.perf_counter() - start
-    results["init"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
+    results["init"] = [timed_eval(lambda: evaluate_lm(dynamical, valid)), timed_eval(lambda: evaluate_lm(dynamical, test))]
     check = dynamic_evaluate(dynamical.lm, test, init_cfg, stats_0, names=output_names)
     print("dynamical at init", [(m["ppl"], speed) for m, speed in results["init"]],
           "output-layer dynamic evaluation", check["ppl"], flush=True)
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                                batch_size=args.meta_batch_size)
     for p in dynamical.lm.parameters():
         p.requires_grad_(True)
-    results["dynamical"] = [timed_eval(lambda: evaluate(dynamical, valid)), timed_eval(lambda: evaluate(dynamical, test))]
+    results["dynamical"] = [timed_eval(lambda: evaluate_lm(dynamical, valid)), timed_eval(lambda: evaluate_lm(dynamical, test))]
     print("dynamical", [(m["ppl"], speed) for m, speed in results["dynamical"]], flush=True)
     total = time.perf_counter() - t_start
 

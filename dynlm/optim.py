@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # avoid an import cycle: training imports optim
-    from dynlm.training import TrainConfig
+if TYPE_CHECKING:
+    from dynlm.train_config import TrainConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -1,20 +1,22 @@
-"""Ray-free training: ``TrainConfig``, the LM task's ``train_step`` (truncated BPTT over
-sentences) and ``evaluate`` (the paper metrics), and ``fit``, THE training loop of every task:
-the same code runs in one process (``dynlm train --local``, benchmarks, tests) and on every DDP
-rank of a Ray Train run (``pipelines/train.py`` only restores, calls it with per-rank hooks, and
-reports). ``fit`` is task-blind: it calls the task's ``train_step``, ``evaluate``, ``metrics``
-and lockstep members (:class:`dynlm.tasks.Task`).
+"""Ray-free training of every task: THE step (:func:`train_step`) and THE loop (:func:`fit`).
 
-Works unchanged on a ``DistributedDataParallel``-wrapped model: the state methods are called
-on ``model.module`` and the forward goes through the wrapper, once per truncated-BPTT chunk
-(the model gets the chunk's sentences as a list). Every rank must take the same number of
-optimizer steps: ``model.join()`` is not enough with Adam (a rank that finished early stops
-stepping and the replicas drift apart), so :func:`train_one_epoch` pads shorter batches with
-inactive sentences (:mod:`dynlm.distributed`), and the model is wrapped in
-:class:`dynlm.distributed.EveryParameterUsed` so that every rank's graph uses every parameter.
+The loop owns the step: ``zero_grad``, autocast, ``backward``, clipping, the optimizer and
+schedule steps, the lockstep of DDP ranks, validation, early stopping. A task
+(:class:`dynlm.tasks.Task`) only cuts a batch into chunks and computes one chunk's loss
+(:class:`StepLoss`); it never steps an optimizer. The same code runs in one process (``dynlm
+train --local``, benchmarks, tests) and on every DDP rank of a Ray Train run
+(``pipelines/train.py`` only restores, calls it with per-rank hooks, and reports).
 
-``evaluate`` runs on the unwrapped module (no collectives); ``fit`` all-reduces its
-``nll_sum_*`` / ``count_*`` values (:func:`dynlm.distributed.reduce_evaluation`).
+Works unchanged on a ``DistributedDataParallel``-wrapped model: the task's loss calls the
+forward through the wrapper once per chunk, and its state methods go to ``model.module``.
+Every rank must take the same number of optimizer steps: ``model.join()`` is not enough with
+Adam (a rank that finished early stops stepping and the replicas drift apart), so
+:func:`train_one_epoch` pads shorter batches (``task.pad_batch``; the LM: inactive sentences,
+:mod:`dynlm.distributed`), and the task may wrap the model so that every rank's graph uses
+every parameter (``task.wrap_for_ddp``).
+
+A task's ``evaluate`` runs on the unwrapped module (no collectives); ``fit`` all-reduces its
+metric sums (:func:`dynlm.distributed.reduce_evaluation`).
 """
 
 from __future__ import annotations
@@ -26,63 +28,16 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from dynlm.config import Config, ConfigError
-from dynlm.data.batching import DocumentBatch
 from dynlm.distributed import all_gather_floats, all_reduce_values, parameter_checksum, reduce_evaluation
-from dynlm.losses import chunk_loss, token_nll
-from dynlm.metrics import MetricAccumulator, perplexity
+from dynlm.metrics import perplexity
 from dynlm.optim import LRSchedule, build_optimizer
-
-
-@dataclass
-class TrainConfig(Config):
-    """How a job trains (the ``train:`` section). The defaults are the best known for the language
-    models (``configs/lm_dntm.yaml``: 70-token chunks, a constant rate, ``benchmarks/results/``);
-    a task may supply its own (:attr:`dynlm.tasks.base.Task.train_defaults`), which a job's
-    ``train:`` section overrides key by key."""
-
-    lr: float = 3e-3
-    epochs: int = 5
-    batch_size: int = 16  # documents per batch
-    bptt_sentences: int = 4  # sentences per truncated-BPTT chunk (one optimizer step), when bptt_tokens is 0
-    # > 0: documents are read in chunks of this many input positions (dynlm.data.batching.ChunkLayout;
-    # whole sentences for a model that needs them), one optimizer step per chunk, no padding between
-    # sentences; 0: sentence lockstep (every sentence of the batch padded to the longest), bptt_sentences a step
-    bptt_tokens: int = 70
-    # with bptt_tokens > 0: a batch row reads several documents one after the other (the state is reset
-    # where one starts), so rows are not padded to the batch's longest document (a model that cannot reset
-    # inside a step, the dynamical LM, keeps one document a row). A packed batch holds
-    # PACKED_GROUP_BATCHES batches' worth of documents; the progress and fault hooks move per chunk
-    # (train_step's after_chunk). Likelihoods are those of one document a row (test_chunked_pass.py)
-    pack_documents: bool = True
-    grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
-    weight_decay: float = 0.0
-    lr_schedule: Literal["constant", "cosine", "plateau"] = "constant"
-    warmup_steps: int = 0
-    early_stopping_patience: int = 3  # epochs without validation improvement; 0 disables
-    seed: int = 0
-    optimizer: Literal["adam", "sgd"] = "adam"
-
-    def validate(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"train.lr must be positive, got {self.lr}")
-        for name in ("epochs", "batch_size", "bptt_sentences"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("grad_clip", "weight_decay", "warmup_steps", "early_stopping_patience", "bptt_tokens"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-
-
-def steps_per_chunk(cfg: TrainConfig) -> int:
-    """Batch steps per truncated-BPTT chunk (optimizer step): 1 in the chunk layout, else ``bptt_sentences``."""
-    return 1 if cfg.bptt_tokens > 0 else cfg.bptt_sentences
+from dynlm.train_config import TrainConfig
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -113,62 +68,81 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def train_step(
-    model: nn.Module,
-    batch: DocumentBatch,
-    optimizer: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    *,
-    scheduler=None,
-    after_chunk: Callable[[dict], None] | None = None,
-) -> dict:
-    """Train on one document batch with truncated BPTT: one optimizer step per chunk.
+class StepLoss(NamedTuple):
+    """What a task's ``loss`` returns for one chunk of a batch (:meth:`dynlm.tasks.base.Task.loss`).
 
-    A chunk is one step of a batch built with a :class:`~dynlm.data.batching.ChunkLayout`
-    (``cfg.bptt_tokens > 0``), or ``cfg.bptt_sentences`` sentence steps of a lockstep batch.
-    For each chunk: one forward over the chunk, loss = summed token NLL /
-    tokens (+ aux losses), backward, clip to ``cfg.grad_clip``, optimizer step, scheduler step,
-    then the state is detached and carried to the next chunk.
+    Attributes:
+        loss: the scalar the loop backpropagates (the mean over the chunk's targets, plus any
+            auxiliary losses; an NCE loss for the naming task).
+        nll_sum: the detached sum of the targets' negative log-likelihood (train perplexity is
+            ``exp(sum nll_sum / sum count)``); a tensor or a float.
+        count: the targets ``nll_sum`` is over (tokens, questions, names); a tensor or an int.
+        state: carried to the batch's next chunk (the LM's recurrent state); the loop hands it to
+            ``task.detach_state`` after the optimizer step. None for a task without state.
+        stats: optional ``{name: 1-D tensor of observations}``; the step's result holds each
+            one's mean over all the batch's chunks (the dynamical LM's ``gate_*`` statistics,
+            one observation per sentence step).
+    """
+
+    loss: torch.Tensor
+    nll_sum: Any
+    count: Any
+    state: Any = None
+    stats: dict | None = None
+
+
+def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig, *,
+               scheduler=None, after_chunk: Callable[[dict], None] | None = None, autocast_dtype=None) -> dict:
+    """THE training step of every task: one optimizer step per chunk of ``batch``.
+
+    The loop owns the step; the task computes a loss. For each chunk of ``task.chunks(batch,
+    cfg)`` (the LM: its truncated-BPTT chunks; every other task: the batch itself):
+    ``zero_grad`` -> ``task.loss(model, chunk, state)`` (under autocast when
+    ``autocast_dtype`` is given) -> ``backward`` -> clip to ``cfg.grad_clip`` -> optimizer step ->
+    ``scheduler`` step -> ``state = task.detach_state(model, state)``. The state starts as
+    ``task.initial_state(model, batch)``.
+
+    Works unchanged on a ``DistributedDataParallel``-wrapped model (the task's loss calls the
+    forward through the wrapper once per chunk; state methods go to ``model.module``).
 
     Args:
-        model: an LM (or a DDP wrapper around one).
-        batch: the documents (CPU or already on the model's device).
-        optimizer: the optimizer.
-        cfg: training settings.
+        task: the :class:`dynlm.tasks.Task`.
+        model: the task's model (or a DDP wrapper around it).
+        batch: one batch of ``task.batches`` (CPU or already on the model's device), with
+            ``num_documents`` and ``num_padded``.
+        optimizer / cfg: the optimizer and the training settings.
         scheduler: optional object with ``step()`` called after every optimizer step.
         after_chunk: optional, called after every optimizer step with this batch's running sums:
             ``steps`` (int), ``tokens`` and ``nll_sum`` (scalar tensors on the model's device, so
             the call costs no device synchronisation; a hook converts them only when it needs
-            them, and copies them to keep them: they are updated in place). A packed batch holds
-            many chunks: progress and fault hooks move per chunk.
+            them, and copies them to keep them: they are updated in place).
+        autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
 
     Returns:
-        ``loss`` (mean NLL per token), ``ppl``, ``tokens``, ``num_padded``, ``documents``, ``steps``
-        (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip norm), ``lr``; plus, for a
-        model whose outputs carry ``extras["gate_stats"]`` (the dynamical LM), those statistics
-        averaged over the batch's chunks (``gate_input_mean`` ...).
+        ``loss`` (mean NLL per target), ``ppl``, ``tokens`` (targets), ``num_padded``,
+        ``documents``, ``steps`` (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip
+        norm), ``lr``; plus the mean of each of the chunks' ``stats`` (the dynamical LM's ``gate_*``).
     """
     core = unwrap_model(model)
     model.train()
     device = model_device(core)
-    state = core.init_state(batch.batch_size, device)
+    state = task.initial_state(model, batch)
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     count_total = torch.zeros((), dtype=torch.long, device=device)
-    grad_norms, gate_stats = [], []
+    grad_norms, stats = [], []
     steps = 0
-    stride = steps_per_chunk(cfg)
-    for start in range(0, len(batch.sentences), stride):
-        chunk = [s.to(device, non_blocking=True) for s in batch.sentences[start : start + stride]]
+    for chunk in task.chunks(batch, cfg):
         optimizer.zero_grad(set_to_none=True)
-        outputs, state = model(chunk, state)  # one forward per chunk (DDP.join needs that)
-        loss, nll_sum, count = chunk_loss(outputs, chunk)
-        gate_stats += [o.extras["gate_stats"] for o in outputs if "gate_stats" in o.extras]
-        loss.backward()
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
+            step = task.loss(model, chunk, state)
+        step.loss.backward()
         if (norm := optimizer_step(core, optimizer, cfg.grad_clip, scheduler)) is not None:
             grad_norms.append(norm)
-        state = core.detach_state(state)
-        nll_total += nll_sum.double()
-        count_total += count
+        state = task.detach_state(model, step.state)
+        nll_total += torch.as_tensor(step.nll_sum, device=device).detach().double()
+        count_total += torch.as_tensor(step.count, device=device).long()
+        if step.stats:
+            stats.append(step.stats)
         steps += 1
         if after_chunk is not None:
             after_chunk({"steps": steps, "tokens": count_total, "nll_sum": nll_total})
@@ -177,59 +151,18 @@ def train_step(
         "loss": nll / tokens if tokens else float("nan"),
         "ppl": perplexity(nll, tokens),
         "tokens": tokens,
-        "num_padded": batch.num_padded,
-        "documents": batch.num_documents,
+        "num_padded": int(batch.num_padded),
+        "documents": int(batch.num_documents),
         "steps": steps,
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),
         "lr": optimizer.param_groups[0]["lr"],
-        **{key: float(torch.stack([g[key] for g in gate_stats]).mean()) for key in (gate_stats[0] if gate_stats else {})},
+        **{key: float(torch.cat([s[key].reshape(-1) for s in stats]).mean()) for key in (stats[0] if stats else {})},
     }
-
-
-def evaluate(model: nn.Module, batches: Iterable[DocumentBatch]) -> dict:
-    """The paper metrics over ``batches`` (each document read from its start, state carried).
-
-    Runs on the unwrapped model in eval mode under ``torch.no_grad()``, unless the model sets
-    ``needs_grad_at_eval = True`` (it computes gradients in its forward): then gradients are
-    enabled and the state is detached after every sentence.
-
-    Returns:
-        :meth:`dynlm.metrics.MetricAccumulator.compute` of all batches: ``loss``, ``ppl``,
-        ``ppl_first_mention``, ``ppl_reappearing``, ``ppl_after_entity``, ``ppl_oov``,
-        ``ppl_reappearing_1`` / ``_2`` / ``_3_5`` / ``_6_plus`` (accumulation analysis),
-        ``tokens`` and the raw ``nll_sum_*`` / ``count_*``.
-    """
-    core = unwrap_model(model)
-    was_training = core.training
-    core.eval()
-    device = model_device(core)
-    needs_grad = bool(getattr(core, "needs_grad_at_eval", False))
-    accumulator = MetricAccumulator()
-    try:
-        with torch.enable_grad() if needs_grad else torch.no_grad():
-            for batch in batches:
-                state = core.init_state(batch.batch_size, device)
-                for sentence in batch.sentences:
-                    sentence = sentence.to(device, non_blocking=True)
-                    output, state = core(sentence, state)
-                    nll = token_nll(output.logits.detach(), sentence.targets, sentence.mask, output.positions)
-                    accumulator.update_from_nll(nll, sentence)
-                    if needs_grad:
-                        state = core.detach_state(state)
-    finally:
-        core.train(was_training)
-    return accumulator.compute()
 
 
 def _count_steps(task, batches: Iterable[Any], cfg: TrainConfig) -> int:
     return sum(task.steps_per_batch(batch, cfg) for batch in batches)
-
-
-def _default_task():
-    from dynlm.tasks.lm import LMTask  # lazy: dynlm.tasks.lm imports this module
-
-    return LMTask()
 
 
 def seed_everything(seed: int, epoch: int, rank: int) -> None:
@@ -238,8 +171,8 @@ def seed_everything(seed: int, epoch: int, rank: int) -> None:
 
 
 def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, batches: Iterable[Any],
-                    device: torch.device, *, task=None, spec=None, autocast_dtype=None, after_step=None) -> dict:
-    """One epoch of ``task.train_step`` calls, in lockstep across DDP ranks.
+                    device: torch.device, *, task, spec=None, autocast_dtype=None, after_step=None) -> dict:
+    """One epoch of :func:`train_step` calls, in lockstep across DDP ranks.
 
     Before each step the ranks agree (one all-reduce) on the longest batch
     (``task.lockstep_size``): a shorter batch is padded (``task.pad_batch``; the LM: inactive
@@ -250,12 +183,12 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
     Args:
         model: the DDP-wrapped model (or the bare model in one process).
         batches: this rank's batches.
-        task: the :class:`dynlm.tasks.Task` (default: the LM task).
+        task: the :class:`dynlm.tasks.Task`.
         spec: the preprocessor's spec (builds the inactive batch of a rank that ran out of data).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
         after_step: called after each optimizer step with this rank's running sums (fault
-            injection and a progress bar hook in here): per chunk for a task that
-            ``reports_chunks`` (``tokens`` / ``nll_sum`` may then be device scalars), else per batch.
+            injection and a progress bar hook in here; ``tokens`` / ``nll_sum`` may be device
+            scalars).
 
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
@@ -263,7 +196,6 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         ``gate_means``: the dynamical LM's per-step gate statistics (``gate_input_mean`` ...)
         averaged over this rank's batches (empty for other models).
     """
-    task = task or _default_task()
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
     gate_steps: list[dict] = []
     iterator = iter(batches)
@@ -277,11 +209,9 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             return totals
         totals["idle_batches"] += batch is None
         step_batch = task.pad_batch(batch, int(max_size), spec)
-        per_chunk = {}
-        if after_step is not None and task.reports_chunks:  # the hooks run after every optimizer step
-            per_chunk["after_chunk"] = _epoch_hook(after_step, dict(totals), counted=batch is not None)
-        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-            out = task.train_step(model, step_batch, optimizer, cfg, scheduler=schedule, **per_chunk)
+        hook = None if after_step is None else _epoch_hook(after_step, dict(totals), counted=batch is not None)
+        out = train_step(task, model, step_batch, optimizer, cfg, scheduler=schedule, after_chunk=hook,
+                         autocast_dtype=autocast_dtype)
         totals["steps"] += out["steps"]
         if batch is not None:
             totals["nll_sum"] += out["nll_sum"]
@@ -289,8 +219,6 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             totals["num_padded"] += out["num_padded"]
             totals["documents"] += out["documents"]
             gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
-        if after_step is not None and not per_chunk:
-            after_step(totals)
 
 
 def _epoch_hook(after_step: Callable[[dict], None], before: dict, counted: bool) -> Callable[[dict], None]:
@@ -406,8 +334,8 @@ def _train_epoch(task, model, optimizer, schedule, cfg: TrainConfig, batches, de
 
 def fit(
     model: nn.Module,
-    train_batches_fn: Callable[[int], Iterable[DocumentBatch]],
-    valid_batches_fn: Callable[[], Iterable[DocumentBatch]],
+    train_batches_fn: Callable[[int], Iterable[Any]],
+    valid_batches_fn: Callable[[], Iterable[Any]],
     cfg: TrainConfig,
     *,
     on_epoch: Callable[[int, dict], bool | None] | None = None,
@@ -416,7 +344,7 @@ def fit(
     schedule: LRSchedule | None = None,
     state: FitState | None = None,
     hooks: "FitHooks | None" = None,
-    task=None,
+    task,
 ) -> dict:
     """THE training loop, for one process and for every DDP rank of a Ray Train run.
 
@@ -436,8 +364,8 @@ def fit(
         optimizer / schedule: built from ``cfg`` when None (a resumed run passes restored ones).
         state: where the run stands (a resumed run's); updated in place every epoch.
         hooks: per-rank settings (:class:`FitHooks`); default: one process, rank 0.
-        task: the :class:`dynlm.tasks.Task` whose ``train_step``, ``evaluate`` and ``metrics``
-            run (default: the LM task). ``best_valid_objective`` is the best ``task.primary_metric``.
+        task: the :class:`dynlm.tasks.Task` whose ``loss``, ``evaluate`` and ``metrics`` run;
+            ``best_valid_objective`` is the best ``task.primary_metric``.
 
     Returns:
         ``best_valid_objective``, ``best_epoch``, ``epochs_run``, ``stopped_early``, ``history`` and
@@ -445,7 +373,6 @@ def fit(
         weights of the best epoch.
     """
     hooks = hooks or FitHooks()
-    task = task or _default_task()
     core = unwrap_model(model)
     device = model_device(core)
     if state is None:

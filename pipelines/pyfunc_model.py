@@ -2,15 +2,15 @@
 
 MLflow stores this file with the model and runs it to load the model; it calls
 ``mlflow.models.set_model(DynLMPyfunc())`` at the end. The artifacts (``weights.pt``,
-``model.json``, ``preprocessor.json``), the input parsing and the scoring are
-``dynlm/serving.py``'s; this file adds the MLflow side: the signature, the input example, and
+``model.json``, ``preprocessor.json``) are ``dynlm/serving.py``'s, the input parsing and the
+answer the model's task's; this file adds the MLflow side: the signature, the input example, and
 bad input as an ``MlflowException`` (HTTP 400 from ``mlflow models serve``).
 
 What a request holds and what the answer is are the task's (``Task.serving_inputs`` /
 ``serving_outputs`` / ``serve``, the signature built from them here). The LM task: one document
 per row, column ``text`` (raw text, one sentence per line) or ``tokens`` (a list of sentences,
 each a list of strings) -> ``tokens``, ``token_log_probs``, ``num_tokens``, ``num_unknown``,
-``log_prob``, ``perplexity`` (:func:`dynlm.serving.score_documents`). The naming task: column
+``log_prob``, ``perplexity`` (:func:`dynlm.tasks.lm_serving.score_documents`). The naming task: column
 ``source`` (Python source text) -> one row per function with its suggested names.
 
 This file imports only pandas, mlflow and dynlm (bundled with the model as code), never
@@ -28,6 +28,7 @@ from mlflow.types import DataType
 from mlflow.types.schema import Array, ColSpec, Schema
 
 from dynlm import serving
+from dynlm.requests import InputError
 
 # Task.serving_inputs / serving_outputs column types (dynlm.tasks.base.SERVING_TYPES) -> MLflow's.
 COLUMN_TYPES = {
@@ -69,7 +70,7 @@ class DynLMPyfunc(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         try:  # bad input is a 400 with its one-line reason (an InputError), never a traceback
             rows = self.task.serve(self.model, self.model_cfg, self.spec, self.preprocessor, model_input)
-        except serving.InputError as exc:
+        except InputError as exc:
             raise InvalidInput(str(exc)) from None
         return pd.DataFrame(rows, columns=[name for name, _ in self.task.serving_outputs])
 

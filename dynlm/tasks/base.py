@@ -7,8 +7,10 @@ module: see docs/ARCHITECTURE.md, "Tasks"). Three groups of members:
 * **prepare** (pure functions of Arrow batches, so that Ray Data can run them in its workers and a
   Ray-free path can call the very same ones, :func:`dynlm.tasks.local.prepare_in_memory`):
   ``parse_files`` -> ``count_train`` -> ``fit_preprocessor`` -> ``encoder``;
-* **training**: ``collate`` / ``batches``, ``build_model``, ``loss``, ``train_step``, ``evaluate``,
-  ``metrics`` (an accumulator class whose sums are all-reduced across ranks);
+* **training**: ``collate`` / ``batches``, ``build_model``, ``loss`` (with ``chunks`` and the
+  state members for a task whose batch takes several steps), ``evaluate``, ``metrics`` (an
+  accumulator class whose sums are all-reduced across ranks); the step itself is the loop's
+  (:func:`dynlm.training.train_step`);
 * **report**: ``primary_metric`` (lower is better), ``metric_table``, ``metric_figures``,
   ``objective_display`` (how a search's figure shows the objective).
 
@@ -147,7 +149,9 @@ class Task(ABC):
     # ---------------------------------------------------------------------------- training
     @abstractmethod
     def collate(self, rows: list[dict], spec) -> Any:
-        """Encoded rows (dicts of ``encoded_schema``) -> one batch (with ``to(device)``)."""
+        """Encoded rows (dicts of ``encoded_schema``) -> one batch: ``to(device)``, and
+        ``num_documents`` / ``num_padded`` (what a training step reports: its active records and
+        padded positions)."""
 
     @abstractmethod
     def batches(self, rows: Iterable[dict], spec, batch_size: int, *, sort_by_length: bool = True,
@@ -169,8 +173,8 @@ class Task(ABC):
         return None
 
     def steps_per_batch(self, batch, train_cfg) -> int:
-        """Optimizer steps ``train_step`` takes on ``batch`` (the cosine schedule's length)."""
-        return 1
+        """Optimizer steps the loop takes on ``batch``: its :meth:`chunks` (the cosine schedule's length)."""
+        return sum(1 for _ in self.chunks(batch, train_cfg))
 
     def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout: Any = None) -> int:
         """Optimizer steps per rank of one epoch over ``prepared``'s train split, read from the
@@ -181,15 +185,15 @@ class Task(ABC):
         return max(1, -(-prepared.num_documents("train") // per_step))
 
     def lockstep_size(self, batch) -> int:
-        """How long ``train_step`` runs on ``batch`` in the unit :meth:`pad_batch` pads in; the
+        """How long the step runs on ``batch`` in the unit :meth:`pad_batch` pads in; the
         ranks of a DDP run agree on the longest before every step (default: 1, one step)."""
         return 1
 
     def pad_batch(self, batch, size: int, spec) -> Any:
         """``batch`` padded to ``size`` (inactive positions: zero loss, zero gradient) so that
         every rank runs the same optimizer steps; ``batch`` None: an inactive batch of that size
-        for a rank that ran out of data. Default: the batch itself; a task whose ``train_step``
-        can run a different number of steps per batch overrides both lockstep members."""
+        for a rank that ran out of data. Default: the batch itself; a task that
+        cuts its batches into a varying number of chunks overrides both lockstep members."""
         if batch is None:
             raise NotImplementedError(f"task {self.name!r} cannot build an inactive batch")
         return batch
@@ -224,19 +228,28 @@ class Task(ABC):
     def build_model(self, model_cfg, spec) -> Any:
         """An ``nn.Module`` of the task's model family for ``model_cfg`` (``model_config``)."""
 
-    @abstractmethod
-    def loss(self, outputs, batch) -> tuple[Any, Any, Any]:
-        """``(loss to backpropagate, detached NLL sum, target count)`` of model outputs on a batch."""
+    # The step is the loop's (dynlm.training.train_step: zero_grad, autocast, backward, clipping,
+    # the optimizer and schedule steps); a task cuts a batch into chunks and computes a loss.
+    def chunks(self, batch, train_cfg) -> Iterable[Any]:
+        """The pieces of ``batch`` the loop takes one optimizer step on, in order (the LM: its
+        truncated-BPTT chunks). Default: the batch itself, one step."""
+        return (batch,)
 
-    # True: train_step takes ``after_chunk`` and calls it after every optimizer step of a batch
-    # (a batch of several optimizer steps: the LM's truncated-BPTT chunks); see dynlm.training.train_step.
-    reports_chunks: ClassVar[bool] = False
+    def initial_state(self, model, batch) -> Any:
+        """The state :meth:`loss` carries from one chunk of ``batch`` to the next (the LM: its
+        recurrent state). Default: None."""
+        return None
 
     @abstractmethod
-    def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None) -> dict:
-        """Train on one batch (optimizer and ``scheduler`` stepped per optimizer step); returns at
-        least ``loss``, ``nll_sum``, ``tokens``, ``num_padded``, ``documents`` and ``steps``.
-        With ``reports_chunks``, also takes ``after_chunk`` (keyword)."""
+    def loss(self, model, chunk, state) -> Any:
+        """One chunk's :class:`dynlm.training.StepLoss`: the loss to backpropagate, the detached
+        NLL sum and target count the run reports, and the state for the next chunk. ``model``
+        is in train mode (maybe DDP-wrapped: call the forward through it, once); move ``chunk``
+        to ``model``'s device here."""
+
+    def detach_state(self, model, state) -> Any:
+        """``state`` cut from the graph after a chunk's backward (default: unchanged)."""
+        return state
 
     @abstractmethod
     def evaluate(self, model, batches: Iterable[Any]) -> dict:
@@ -263,8 +276,8 @@ class Task(ABC):
     def serve(self, model, model_cfg, spec, preprocessor, request) -> list[dict]:
         """A served model's answer: ``request`` (a pandas DataFrame, or a dict/list/str the task
         accepts) -> one dict per output row, keyed by ``serving_outputs``. Bad input raises
-        :class:`dynlm.serving.InputError` with a one-line reason (HTTP 400, no traceback)."""
-        from dynlm.serving import InputError
+        :class:`dynlm.requests.InputError` with a one-line reason (HTTP 400, no traceback)."""
+        from dynlm.requests import InputError
 
         raise InputError(f"a {self.name!r} task model answers no requests; evaluate it with "
                          "`dynlm evaluate --model <its models:/ URI>`")

@@ -8,7 +8,7 @@ fit_preprocessor    :class:`dynlm.data.preprocessor.Preprocessor`: vocabulary, s
 encoder             :class:`dynlm.tasks.cloze_data.EncodeQuestions`
 collate / batches   :class:`dynlm.tasks.cloze_data.QuestionBatch` (documents of similar length together)
 build_model         :class:`dynlm.models.ga_reader.GAReader` (registered as ``dynlm-saw``)
-loss / train_step   −log P(answer) by attention-sum, mean over the batch's questions
+loss                −log P(answer) by attention-sum, mean over the batch's questions
 evaluate / metrics  :class:`dynlm.tasks.cloze_metrics.ClozeMetrics`; primary ``error`` = 1 − accuracy
 metric_table        accuracy overall, on OOV-answer questions, per answer class
 serve               ``{document, query[, candidates]}`` rows -> the answer and its probability
@@ -42,7 +42,7 @@ from dynlm.tasks.cloze_data import (
     parse_files,
 )
 from dynlm.tasks.cloze_metrics import ClozeMetrics
-from dynlm.training import model_device, optimizer_step, unwrap_model
+from dynlm.training import StepLoss, model_device, unwrap_model
 from dynlm.vocab_spec import VocabSpec
 
 
@@ -120,20 +120,11 @@ class ClozeTask(Task):
     def build_model(self, model_cfg: GAReaderConfig, spec: VocabSpec) -> torch.nn.Module:
         return GAReader(model_cfg, spec)
 
-    def loss(self, outputs, batch):
-        """``outputs``: ``[B, C]`` log P(candidate); (mean −log P(answer), its detached sum, questions)."""
-        nll_sum, count = answer_nll(outputs, batch.answer)
-        return nll_sum / max(count, 1), nll_sum.detach(), count
-
-    def train_step(self, model, batch: QuestionBatch, optimizer, train_cfg, *, scheduler=None) -> dict:
-        model.train()
-        inputs = batch.to(model_device(model)).inputs
-        optimizer.zero_grad(set_to_none=True)
-        loss, nll_sum, count = self.loss(model(inputs), inputs)
-        loss.backward()
-        optimizer_step(model, optimizer, train_cfg.grad_clip, scheduler)
-        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": count, "num_padded": 0,
-                "documents": count, "steps": 1}
+    def loss(self, model, chunk: QuestionBatch, state) -> StepLoss:
+        """−log P(answer) by attention-sum: (mean over the batch's questions, its detached sum, questions)."""
+        inputs = chunk.inputs.to(model_device(model))
+        nll_sum, count = answer_nll(model(inputs), inputs.answer)  # model: [B, C] log P(candidate)
+        return StepLoss(nll_sum / max(count, 1), nll_sum.detach(), count)
 
     def evaluate(self, model, batches) -> dict:
         core = unwrap_model(model)
@@ -158,7 +149,7 @@ class ClozeTask(Task):
         """One question per row: ``document`` and ``query`` (whitespace-tokenized text; the query's
         blank is ``XXXXX``), ``candidates`` optional (default: every word of the document) ->
         the most probable candidate and its probability."""
-        from dynlm.serving import InputError, request_frame
+        from dynlm.requests import InputError, request_frame
 
         frame = request_frame(request, columns=("document", "query", "candidates"), required_any=("document",),
                               rows_are="questions", hint="give one question per row: 'document' and 'query' text")

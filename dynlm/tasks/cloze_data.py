@@ -272,6 +272,13 @@ class QuestionBatch:
     def size(self) -> int:
         return self.inputs.size
 
+    @property
+    def num_documents(self) -> int:
+        """Questions with a known answer (an inactive row has none)."""
+        return int((self.inputs.answer >= 0).sum())
+
+    num_padded = 0  # questions are not padded into steps
+
 
 def collate_questions(rows: list[dict], spec: VocabSpec) -> QuestionBatch:
     """Encoded rows -> a :class:`QuestionBatch`."""

@@ -13,12 +13,12 @@ collate / batches   :func:`dynlm.data.batching.collate_documents` / ``batch_docu
 batch_layout        sentence lockstep, or chunks of ``train.bptt_tokens`` (:class:`~dynlm.data.batching.ChunkLayout`)
 lockstep            sentence steps: :func:`dynlm.distributed.pad_to_steps` / ``dummy_batch``
 build_model         :func:`dynlm.models.build_model`
-loss                :func:`dynlm.losses.chunk_loss`
-train_step/evaluate :func:`dynlm.training.train_step` / ``evaluate``
+chunks / loss       truncated-BPTT chunks (:func:`dynlm.tasks.lm_evaluation.bptt_chunks`), :func:`dynlm.losses.chunk_loss`
+evaluate            :func:`dynlm.tasks.lm_evaluation.evaluate_lm` (the paper metrics)
 metrics             :class:`dynlm.metrics.MetricAccumulator`
 metric_table        :func:`dynlm.tasks.lm_table.format_metrics_table`
 metric_figures      :func:`dynlm.tasks.lm_figure.accumulation_figure` (``accumulation.png``)
-serve               :func:`dynlm.serving.parse_input` + ``score_documents`` (the served model)
+serve               :func:`dynlm.tasks.lm_serving.parse_input` + ``score_documents`` (the served model)
 =================== ==================================================================
 """
 
@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from dynlm import training
+import torch
+
 from dynlm.data import batching
 from dynlm.data.batch_encoder import EncodeDocuments
 from dynlm.data.config import DataConfig
@@ -41,8 +42,10 @@ from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import Task
+from dynlm.tasks.lm_evaluation import bptt_chunks, evaluate_lm, steps_per_chunk
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts, token_stats
 from dynlm.tasks.lm_table import format_metrics_table
+from dynlm.training import StepLoss, model_device, unwrap_model
 from dynlm.vocab_spec import VocabSpec
 
 ACCUMULATION_FIGURE = "accumulation.png"
@@ -118,7 +121,7 @@ class LMTask(Task):
         return batching.batch_documents(rows, spec, batch_size, sort_by_length=sort_by_length, seed=seed, layout=layout)
 
     def steps_per_batch(self, batch, train_cfg) -> int:
-        return math.ceil(len(batch.sentences) / training.steps_per_chunk(train_cfg))  # one step per BPTT chunk
+        return math.ceil(len(batch.sentences) / steps_per_chunk(train_cfg))  # one step per BPTT chunk
 
     def steps_per_epoch(self, prepared, train_cfg, world_size: int, layout=None) -> int:
         """From the ``sentence_lengths`` column only: documents sorted by steps (sentences, or
@@ -142,7 +145,7 @@ class LMTask(Task):
         else:
             counts = sorted(batching.num_steps(lengths, layout) for lengths in column.to_pylist())  # chunks
         per_step = batching.per_worker_batch_size(train_cfg.batch_size, world_size) * world_size
-        stride = training.steps_per_chunk(train_cfg)
+        stride = steps_per_chunk(train_cfg)
         return max(1, sum(math.ceil(counts[min(i + per_step, len(counts)) - 1] / stride)
                           for i in range(0, len(counts), per_step)))
 
@@ -161,17 +164,29 @@ class LMTask(Task):
     def build_model(self, model_cfg: ModelConfig, spec):
         return build_model(model_cfg, spec)
 
-    def loss(self, outputs, batch):
-        """``outputs``: the ``LMOutput`` list of one BPTT chunk; ``batch``: its ``SentenceBatch`` list."""
-        return chunk_loss(outputs, batch)
+    def chunks(self, batch, train_cfg) -> list[list]:
+        return bptt_chunks(batch, train_cfg)  # one optimizer step per truncated-BPTT chunk
 
-    reports_chunks = True  # one optimizer step per chunk: hooks (progress, fault points) move per chunk
+    def initial_state(self, model, batch):
+        return unwrap_model(model).init_state(batch.batch_size, model_device(model))
 
-    def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None, after_chunk=None) -> dict:
-        return training.train_step(model, batch, optimizer, train_cfg, scheduler=scheduler, after_chunk=after_chunk)
+    def loss(self, model, chunk, state) -> StepLoss:
+        """One truncated-BPTT chunk (a list of ``SentenceBatch``): one forward through ``model``
+        (DDP.join needs one per chunk), :func:`~dynlm.losses.chunk_loss`; the dynamical LM's
+        gate statistics as ``stats``."""
+        device = model_device(model)
+        chunk = [sentence.to(device, non_blocking=True) for sentence in chunk]
+        outputs, state = model(chunk, state)
+        loss, nll_sum, count = chunk_loss(outputs, chunk)
+        gates = [o.extras["gate_stats"] for o in outputs if "gate_stats" in o.extras]
+        stats = {key: torch.stack([g[key] for g in gates]) for key in gates[0]} if gates else None  # [steps]
+        return StepLoss(loss, nll_sum, count, state, stats)
+
+    def detach_state(self, model, state):
+        return unwrap_model(model).detach_state(state)
 
     def evaluate(self, model, batches) -> dict:
-        return training.evaluate(model, batches)
+        return evaluate_lm(model, batches)
 
     serving_inputs = (("text", "string"), ("tokens", "list<list<string>>"))
     serving_outputs = (("tokens", "list<string>"), ("token_log_probs", "list<double>"), ("num_tokens", "long"),
@@ -180,11 +195,10 @@ class LMTask(Task):
 
     def serve(self, model, model_cfg, spec, preprocessor, request) -> list[dict]:
         """One document per row (column ``text``: raw text, one sentence per line; or ``tokens``:
-        a list of sentences) -> per-token log-probabilities and perplexity (:mod:`dynlm.serving`)."""
-        from dynlm import serving
+        a list of sentences) -> per-token log-probabilities and perplexity (:mod:`dynlm.tasks.lm_serving`)."""
+        from dynlm.tasks.lm_serving import parse_input, score_documents
 
-        documents = serving.parse_input(request)
-        return serving.score_documents(model, model_cfg, spec, preprocessor, documents)
+        return score_documents(model, model_cfg, spec, preprocessor, parse_input(request))
 
     def metric_table(self, metrics: dict, title: str) -> str:
         return format_metrics_table(metrics, title)

@@ -16,7 +16,7 @@ fit_preprocessor    :meth:`dynlm.tasks.naming_data.NamingVocab.fit`
 encoder             :class:`dynlm.tasks.naming_data.EncodeFunctions`
 collate / batches   :func:`collate_functions` / :func:`batch_functions` -> :class:`FunctionBatch`
 build_model         :func:`dynlm.models.naming.build_naming_model` (registered as ``dynlm-naming``)
-loss / train_step   mean NCE loss (:func:`dynlm.modules.nce.nce_loss`); train perplexity from ``model.nll``
+loss                mean NCE loss (:func:`dynlm.modules.nce.nce_loss`); train perplexity from ``model.nll``
 evaluate / metrics  ``model.suggest`` + ``model.log_prob`` -> :class:`NamingMetrics`; primary ``f1_error``
 metric_table        :func:`dynlm.tasks.naming_report.format_naming_table`
 metric_figures      ``suggestion_frequency.png`` (F1@1, exact@1 vs suggestion frequency)
@@ -54,7 +54,7 @@ from dynlm.tasks.naming_data import (
 )
 from dynlm.tasks.naming_metrics import NamingMetrics
 from dynlm.tasks.naming_report import format_naming_table, naming_counts, suggestion_frequency_figure, summary_rows
-from dynlm.training import model_device, optimizer_step, unwrap_model
+from dynlm.training import StepLoss, model_device, unwrap_model
 
 SUGGESTION_FIGURE = "suggestion_frequency.png"
 
@@ -147,29 +147,16 @@ class NamingTask(Task):
     def build_model(self, model_cfg: NamingModelConfig, spec) -> torch.nn.Module:
         return build_naming_model(model_cfg, spec)
 
-    def loss(self, outputs, batch):
-        """``outputs``: the model's NCEScores of the batch's N prediction events (names, or
-        subtokens and END): (mean NCE loss, its detached sum, N). No event (an inactive batch): 0."""
-        per_event = nce_loss(outputs)  # [N]
-        count = per_event.shape[0]
-        return per_event.sum() / max(count, 1), per_event.sum().detach(), count
-
-    def train_step(self, model, batch: FunctionBatch, optimizer, train_cfg, *, scheduler=None) -> dict:
-        """One NCE step; ``nll_sum`` is the model's normalised −log p of the batch's true names
-        (before the step) and ``tokens`` the number of names, so train perplexity is per name,
-        as the evaluation's ``ppl``."""
-        model.train()
-        batch = batch.to(model_device(model))
-        inputs = batch.inputs
+    def loss(self, model, chunk: FunctionBatch, state) -> StepLoss:
+        """The mean NCE loss over the batch's N prediction events (names, or subtokens and END;
+        no event, an inactive batch: 0). What the run reports is the model's normalised −log p
+        of the true names (before the step) over the names, so train perplexity is per name, as
+        the evaluation's ``ppl``."""
+        inputs = chunk.inputs.to(model_device(model))
         with torch.no_grad():
             nll_sum, _ = unwrap_model(model).nll(inputs)
-        optimizer.zero_grad(set_to_none=True)
-        loss, _, _ = self.loss(model(inputs), inputs)
-        loss.backward()
-        optimizer_step(model, optimizer, train_cfg.grad_clip, scheduler)
-        names = int((inputs.names != 0).sum())
-        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": names, "num_padded": 0,
-                "documents": names, "steps": 1}
+        per_event = nce_loss(model(inputs))  # [N]
+        return StepLoss(per_event.sum() / max(per_event.shape[0], 1), nll_sum, chunk.num_documents)
 
     def evaluate(self, model, batches) -> dict:
         """:class:`NamingMetrics` of ``model.suggest`` (``cfg.top_k`` per function) and
@@ -197,7 +184,7 @@ class NamingTask(Task):
         """One Python source text per row (column ``source``; ``path`` optional, for messages) ->
         one row per function: its request ``row``, ``qualname``, ``lineno``, actual ``name`` and
         the top ``model.top_k`` suggested names with their probabilities."""
-        from dynlm.serving import InputError, request_frame
+        from dynlm.requests import InputError, request_frame
 
         frame = request_frame(request, columns=("source", "path"), required_any=("source",), rows_are="sources",
                               hint="give one Python source text per row in column 'source' (and its file name in 'path')")

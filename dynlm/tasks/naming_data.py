@@ -346,6 +346,13 @@ class FunctionBatch:
     def size(self) -> int:
         return self.inputs.size
 
+    @property
+    def num_documents(self) -> int:
+        """Functions with a name (an inactive row has none)."""
+        return int((self.inputs.names != PAD).sum())
+
+    num_padded = 0  # functions are not padded into steps
+
 
 def _padded(rows: list[list[int]], min_width: int = 1) -> torch.Tensor:
     """``[len(rows), max(len)]`` long, PAD-filled."""

@@ -215,16 +215,16 @@ def _assert_same_metrics(dynamic, static):
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_zero_step_equals_static_evaluation_for_every_model_type(model_type):
-    from dynlm.training import evaluate
+    from dynlm.tasks.lm_evaluation import evaluate_lm
 
     spec, stats_batch, eval_batch, eval_rows = _synth_data()
     model = _model_of_type(model_type, spec)
     stats = collect_grad_stats(model, [stats_batch], segment_len=7)
     if model_type == "dynamical":  # its own segments count the batch's lockstep positions (padding
         # included), so its static scores depend on the batch: the reference reads documents alone
-        static = evaluate(model, [collate_documents([row], spec) for row in eval_rows])
+        static = evaluate_lm(model, [collate_documents([row], spec) for row in eval_rows])
     else:
-        static = evaluate(model, [eval_batch])
+        static = evaluate_lm(model, [eval_batch])
     assert static["count_reappearing"] > 20 and static["count_first_mention"] > 5  # the categories are there
     dynamic = dynamic_evaluate(model, [eval_batch], DynamicEvalConfig(lr=0.0, decay=0.0, segment_len=7), stats)
     _assert_same_metrics(dynamic, static)

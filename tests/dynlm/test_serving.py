@@ -14,6 +14,8 @@ from dynlm import serving
 from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.models import build_model, rnn_lm_small
+from dynlm.requests import InputError
+from dynlm.tasks import lm_serving
 
 COUNTS = {"the": 9, "ship": 5, "sailed": 3, "home": 3, ".": 9}
 
@@ -61,11 +63,11 @@ def test_load_rejects_foreign_or_incomplete_files(artifacts, tmp_path):
 def test_parse_input_forms():
     text = "the ship sailed .\n\n  home .  "
     expected = [[["the", "ship", "sailed", "."], ["home", "."]]]
-    assert serving.parse_input(text) == expected
-    assert serving.parse_input([text]) == expected
-    assert serving.parse_input({"tokens": [[["the", " ", "ship"], []]]}) == [[["the", "ship"]]]
+    assert lm_serving.parse_input(text) == expected
+    assert lm_serving.parse_input([text]) == expected
+    assert lm_serving.parse_input({"tokens": [[["the", " ", "ship"], []]]}) == [[["the", "ship"]]]
     frame = pd.DataFrame({"text": [text, None], "tokens": [None, [["home"]]]})
-    assert serving.parse_input(frame) == [*expected, [["home"]]]
+    assert lm_serving.parse_input(frame) == [*expected, [["home"]]]
 
 
 @pytest.mark.parametrize("model_input, message", [
@@ -80,31 +82,31 @@ def test_parse_input_forms():
     (pd.DataFrame({"tokens": [[["a", "\ud800"]]]}), r"document 0: token '\\ud800' is not valid Unicode text"),
 ])
 def test_parse_input_errors_name_the_document(model_input, message):
-    with pytest.raises(serving.InputError, match=message):
-        serving.parse_input(model_input)
-    assert issubclass(serving.InputError, ValueError)
+    with pytest.raises(InputError, match=message):
+        lm_serving.parse_input(model_input)
+    assert issubclass(InputError, ValueError)
 
 
 def test_score_documents(artifacts):
     _, model, model_cfg, preprocessor = artifacts
-    documents = serving.parse_input(["the ship sailed .\nhome .", "zeppelin ."])
-    first, second = serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, documents)
+    documents = lm_serving.parse_input(["the ship sailed .\nhome .", "zeppelin ."])
+    first, second = lm_serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, documents)
     assert first["tokens"] == ["the", "ship", "sailed", ".", "<eos>", "home", ".", "<eos>"]
     assert first["num_tokens"] == 8 and first["num_unknown"] == 0
     assert first["log_prob"] == pytest.approx(sum(first["token_log_probs"]))
     assert first["perplexity"] == pytest.approx(math.exp(-first["log_prob"] / 8))
     assert second["tokens"] == ["zeppelin", ".", "<eos>"] and second["num_unknown"] == 1
-    alone = serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, documents[1:])[0]
+    alone = lm_serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, documents[1:])[0]
     assert alone["token_log_probs"] == pytest.approx(second["token_log_probs"], abs=1e-6)  # batch-independent
 
 
 def test_score_documents_refuses_an_entity_beyond_the_chains(artifacts):
     _, model, model_cfg, preprocessor = artifacts
     known = f"<unk{preprocessor.spec.num_entities}>"
-    serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, serving.parse_input(f"{known} ."))
+    lm_serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor, lm_serving.parse_input(f"{known} ."))
     beyond = f"<unk{preprocessor.spec.num_entities + 1}>"
-    with pytest.raises(serving.InputError, match=(
+    with pytest.raises(InputError, match=(
             rf"^document 1: entity token '{beyond}' is beyond max_chains={preprocessor.spec.num_entities} "
             rf"\(this model reads the entities <unk1>..{known}\)$")):
-        serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor,
-                                serving.parse_input(["the ship .", f"{beyond} laughed ."]))
+        lm_serving.score_documents(model, model_cfg, preprocessor.spec, preprocessor,
+                                lm_serving.parse_input(["the ship .", f"{beyond} laughed ."]))

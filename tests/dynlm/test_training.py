@@ -12,7 +12,11 @@ import torch
 from dynlm.config import ConfigError
 from dynlm.data.batching import batch_documents, collate_documents
 from dynlm.models import RNNLM, build_model, rnn_lm_small
-from dynlm.training import TrainConfig, evaluate, fit, train_step
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.training import TrainConfig, fit, train_step
+
+LM_TASK = LMTask()
 
 
 def _model(spec, **overrides):
@@ -25,14 +29,14 @@ def test_train_step_lowers_loss_on_repeated_corpus(tiny_spec, random_rows):
     model = _model(tiny_spec)
     cfg = TrainConfig(bptt_tokens=0, lr=3e-2, bptt_sentences=2)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    first = train_step(model, batch, optimizer, cfg)
+    first = train_step(LM_TASK, model, batch, optimizer, cfg)
     for _ in range(12):
-        last = train_step(model, batch, optimizer, cfg)
+        last = train_step(LM_TASK, model, batch, optimizer, cfg)
     assert first["tokens"] == last["tokens"] == batch.num_tokens
     assert first["steps"] == math.ceil(len(batch.sentences) / 2)
     assert first["num_padded"] == batch.num_padded
     assert last["loss"] < 0.5 * first["loss"]
-    assert evaluate(model, [batch])["loss"] < 0.5 * first["loss"]
+    assert evaluate_lm(model, [batch])["loss"] < 0.5 * first["loss"]
 
 
 def test_train_step_seeded_golden_loss(tiny_spec, random_rows):
@@ -40,7 +44,7 @@ def test_train_step_seeded_golden_loss(tiny_spec, random_rows):
     model = _model(tiny_spec)
     cfg = TrainConfig(bptt_tokens=0, lr=1e-2, bptt_sentences=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    losses = [train_step(model, batch, optimizer, cfg)["loss"] for _ in range(2)]
+    losses = [train_step(LM_TASK, model, batch, optimizer, cfg)["loss"] for _ in range(2)]
     assert losses == pytest.approx(GOLDEN_LOSSES, rel=1e-5)
 
 
@@ -59,7 +63,7 @@ def test_train_step_chunks_state_and_scheduler(tiny_spec, random_rows):
         def step(self):
             steps.append(1)
 
-    out = train_step(model, batch, optimizer, TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=0.0), scheduler=Counter())
+    out = train_step(LM_TASK, model, batch, optimizer, TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=0.0), scheduler=Counter())
     assert len(steps) == out["steps"] == math.ceil(len(batch.sentences) / 2)
     assert math.isnan(out["grad_norm"])
 
@@ -80,7 +84,7 @@ def test_evaluate_with_needs_grad_at_eval(tiny_spec, random_rows):
     model = _model(tiny_spec)
     special = GradAtEvalLM(model.cfg, tiny_spec)
     special.load_state_dict(model.state_dict())
-    plain, with_grad = evaluate(model, batches), evaluate(special, batches)
+    plain, with_grad = evaluate_lm(model, batches), evaluate_lm(special, batches)
     assert plain["tokens"] == with_grad["tokens"] > 0
     for key in ("loss", "ppl", "ppl_first_mention", "ppl_after_entity"):
         assert with_grad[key] == pytest.approx(plain[key], rel=1e-6)
@@ -94,12 +98,12 @@ def test_fit_restores_best_weights_and_callback_stops(tiny_spec, random_rows):
     seen = []
     cfg = TrainConfig(bptt_tokens=0, epochs=4, lr=5e-3, batch_size=2, lr_schedule="cosine", warmup_steps=2)
     result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg,
-                 on_epoch=lambda epoch, record: seen.append(record) or epoch == 3)
+                 on_epoch=lambda epoch, record: seen.append(record) or epoch == 3, task=LM_TASK)
     assert result["epochs_run"] == 3 and len(seen) == 3
     assert [r["epoch"] for r in seen] == [1, 2, 3]  # one numbering everywhere: from 1
     best = min(r["valid_ppl"] for r in result["history"])
     assert result["best_valid_objective"] == best
-    assert evaluate(model, valid)["ppl"] == pytest.approx(best, rel=1e-6)
+    assert evaluate_lm(model, valid)["ppl"] == pytest.approx(best, rel=1e-6)
     assert {"train_loss", "valid_ppl_reappearing", "train_padding_fraction", "lr"} <= set(result["history"][0])
 
 
@@ -110,7 +114,7 @@ def test_fit_early_stopping(tiny_spec, random_rows):
     # a huge SGD step makes validation worse after the first epoch
     cfg = TrainConfig(bptt_tokens=0, epochs=6, lr=50.0, optimizer="sgd", grad_clip=0.0, lr_schedule="constant",
                       early_stopping_patience=2)
-    result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg)
+    result = fit(model, lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch), lambda: valid, cfg, task=LM_TASK)
     assert result["stopped_early"] and result["best_epoch"] == 1
     assert result["epochs_run"] == result["best_epoch"] + 2  # patience 2 after the best epoch
 
@@ -134,7 +138,7 @@ def test_fit_continued_from_its_state_equals_an_uninterrupted_fit(tiny_spec, ran
         train = lambda epoch: batch_documents(rows, tiny_spec, 2, seed=epoch)  # noqa: E731
         hooks = FitHooks(restore_best=False)
         fit(model, train, lambda: valid, cfg, optimizer=optimizer, schedule=schedule, state=state, hooks=hooks,
-            on_epoch=(lambda epoch, record: epoch == stop_at) if stop_at else None)
+            on_epoch=(lambda epoch, record: epoch == stop_at) if stop_at else None, task=LM_TASK)
         if stop_at:  # "restore" into fresh objects, as a restarted worker does
             saved = (model.state_dict(), optimizer.state_dict(), schedule.state_dict(), state.to_dict())
             model = _model(tiny_spec)
@@ -144,7 +148,7 @@ def test_fit_continued_from_its_state_equals_an_uninterrupted_fit(tiny_spec, ran
             optimizer.load_state_dict(saved[1])
             schedule.load_state_dict(saved[2])
             state = FitState.from_dict(saved[3])
-            fit(model, train, lambda: valid, cfg, optimizer=optimizer, schedule=schedule, state=state, hooks=hooks)
+            fit(model, train, lambda: valid, cfg, optimizer=optimizer, schedule=schedule, state=state, hooks=hooks, task=LM_TASK)
         return model, state
 
     straight, straight_state = run(None)
@@ -170,7 +174,6 @@ DDP_SCRIPT = textwrap.dedent('''
     from conftest import TINY_SPEC, random_rows
     from dynlm.data.batching import batch_documents
     from dynlm.models import build_model, rnn_lm_small
-    from dynlm.training import TrainConfig, train_step
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -183,7 +186,7 @@ DDP_SCRIPT = textwrap.dedent('''
     results = []
     with ddp.join():
         for batch in batch_documents(rows, TINY_SPEC, 2, seed=0):
-            results.append(train_step(ddp, batch, optimizer, cfg))
+            results.append(train_step(LM_TASK, ddp, batch, optimizer, cfg))
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:
         json.dump({"rank": rank, "steps": sum(r["steps"] for r in results), "loss": results[-1]["loss"],
@@ -229,7 +232,7 @@ def test_train_one_epoch_averages_the_dynamical_gate_statistics():
         model = build_model(model_cfg, spec)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
         totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(bptt_tokens=0), iter(batches),
-                                 torch.device("cpu"), spec=spec)
+                                 torch.device("cpu"), spec=spec, task=LM_TASK)
         assert totals["steps"] == 2
         if expect_gates:
             assert set(totals["gate_means"]) == {"gate_input_mean", "gate_input_std", "gate_forget_mean",
@@ -253,7 +256,7 @@ def test_train_one_epoch_calls_its_hook_after_every_chunk(tiny_spec, random_rows
     seen = []
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), TrainConfig(bptt_tokens=6),
                              iter(batches), torch.device("cpu"), spec=tiny_spec,
-                             after_step=lambda t: seen.append((t["steps"], int(t["tokens"]), float(t["nll_sum"]))))
+                             after_step=lambda t: seen.append((t["steps"], int(t["tokens"]), float(t["nll_sum"]))), task=LM_TASK)
     assert len(batches) == 1 and totals["steps"] == len(batches[0].sentences) > 1
     assert [steps for steps, _, _ in seen] == list(range(1, totals["steps"] + 1))
     assert seen[-1][1] == totals["tokens"] and seen[-1][2] == pytest.approx(totals["nll_sum"])

@@ -13,8 +13,8 @@ import yaml
 from mlflow.exceptions import MlflowException
 from tiny_lm import make_tiny_lm
 
-from dynlm import serving
 from dynlm.data.preprocessor import Preprocessor
+from dynlm.tasks import lm_serving
 from pipelines import tracking
 
 UNSEEN = "the zeppelin glided over the harbour .\n\n<unk1> saw the zeppelin ."
@@ -70,11 +70,11 @@ def test_predict_raw_text_with_unseen_words(saved):
     assert first["log_prob"] == pytest.approx(sum(log_probs))
     assert first["perplexity"] == pytest.approx(math.exp(-sum(log_probs) / 14))
     # same numbers as the in-memory model: the pyfunc reloaded the exact weights
-    expected = serving.score_documents(model, model_cfg, spec, preprocessor, serving.parse_input(UNSEEN))[0]
+    expected = lm_serving.score_documents(model, model_cfg, spec, preprocessor, lm_serving.parse_input(UNSEEN))[0]
     assert log_probs == pytest.approx(expected["token_log_probs"], abs=1e-6)
     # and a differently initialised model scores differently (the check can fail)
     other, *_ = make_tiny_lm(path.parent / "other", seed=4)
-    different = serving.score_documents(other, model_cfg, spec, preprocessor, serving.parse_input(UNSEEN))[0]
+    different = lm_serving.score_documents(other, model_cfg, spec, preprocessor, lm_serving.parse_input(UNSEEN))[0]
     assert different["log_prob"] != pytest.approx(first["log_prob"], abs=1e-3)
 
 

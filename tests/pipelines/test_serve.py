@@ -9,8 +9,9 @@ import pytest
 from server_process import BIN_DIR, free_port, post_json, running_server, server_env
 from tiny_lm import make_prepared_folder, make_tiny_lm
 
-from dynlm import checkpoint, serving
+from dynlm import checkpoint
 from dynlm.data.preprocessor import Preprocessor
+from dynlm.tasks import lm_serving
 from pipelines import tracking
 from pipelines.defaults import default_job
 
@@ -43,8 +44,8 @@ def test_serve_champion_over_http(tmp_path, mlflow_uri, processes):
     ckpt = checkpoint.save(tmp_path / "ckpt" / "model.pt", model, model_cfg, spec)
     tracking.finish_training_run(run_id, ckpt.parent, prepared, [{"epoch": 0, "valid_ppl": 20.0}])
     assert tracking.register_and_promote(run_id, 20.0).promoted
-    expected = serving.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
-                                       serving.parse_input(TEXT))[0]
+    expected = lm_serving.score_documents(model, model_cfg, spec, Preprocessor.load(pre),
+                                       lm_serving.parse_input(TEXT))[0]
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"

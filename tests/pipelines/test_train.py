@@ -247,7 +247,7 @@ def _uneven_worker(rank: int, root: str, port: int, batches_per_rank: tuple, out
     batches = list(LMTask().stream_batches(iter(rows), prepared.spec, 2, seed=rank, buffer_rows=64))
     batches = batches[: batches_per_rank[rank]]
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), job.train, iter(batches),
-                             torch.device("cpu"), spec=prepared.spec)
+                             torch.device("cpu"), spec=prepared.spec, task=LMTask())
     Path(out, f"rank{rank}.txt").write_text(f"{parameter_checksum(core)!r} {totals['steps']} {totals['idle_batches']}")
     # The results are on disk: leave without interpreter teardown (gloo's threads can std::terminate
     # while Python finalizes, pytorch/pytorch#190489; see tests/dynlm/tasks/test_naming.py).

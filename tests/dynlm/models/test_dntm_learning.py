@@ -17,7 +17,11 @@ from dynlm.data.config import DataConfig
 from dynlm.data.preprocessor import Preprocessor
 from dynlm.data.synth import SynthConfig, generate
 from dynlm.models.dntm import DNTM, dntm_small
-from dynlm.training import TrainConfig, evaluate, fit
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.training import TrainConfig, fit
+
+LM_TASK = LMTask()
 
 NUM_TRAIN, NUM_VALID, MAX_CHAINS = 120, 40, 10
 
@@ -45,8 +49,8 @@ def _train(dynamic: str, spec, train_rows, valid_rows) -> dict:
     fit(model,
         lambda epoch: batch_documents(train_rows, spec, train_cfg.batch_size, seed=epoch),
         lambda: batch_documents(valid_rows, spec, 32, seed=None),
-        train_cfg)
-    return evaluate(model, batch_documents(valid_rows, spec, 32, seed=None))
+        train_cfg, task=LM_TASK)
+    return evaluate_lm(model, batch_documents(valid_rows, spec, 32, seed=None))
 
 
 def test_dntm_beats_the_baseline_on_reappearing_entities():

@@ -11,7 +11,11 @@ from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_ev
 from dynlm.losses import chunk_loss, token_nll
 from dynlm.models import build_model
 from dynlm.models.dynamical_lm import DynamicalLM, DynamicalState, dynamical_lm_small
-from dynlm.training import TrainConfig, evaluate, train_step
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.training import TrainConfig, train_step
+
+LM_TASK = LMTask()
 from dynlm.vocab_spec import VocabSpec
 
 SPEC = VocabSpec(num_words=24, num_entities=0, shortlist_size=24, num_subwords=4)
@@ -214,7 +218,7 @@ def _single_document_batches(num_docs, seed):
 
 @pytest.mark.parametrize("gate_form", ["log_sigmoid", "rational"])
 def test_before_meta_training_the_model_evaluates_like_dynamic_evaluation(float64, gate_form):
-    """Gates start at 1: evaluate(DynamicalLM) == dynamic_evaluate(its theta) on the same weights.
+    """Gates start at 1: evaluate_lm(DynamicalLM) == dynamic_evaluate(its theta) on the same weights.
 
     Fast output layer only: its gradient does not go back through time, so the model's
     truncation at chunk and sentence boundaries (see the module docstring) changes nothing.
@@ -226,9 +230,9 @@ def test_before_meta_training_the_model_evaluates_like_dynamic_evaluation(float6
     cfg = DynamicEvalConfig(lr=0.05, decay=0.05, eps=1e-3, segment_len=5)
     model.init_from_dynamic_eval(cfg, stats)
     batches = _single_document_batches(3, seed=9)
-    ours = evaluate(model, batches)
+    ours = evaluate_lm(model, batches)
     krause = dynamic_evaluate(model.lm, batches, cfg, stats, names=list(model.adapted_parameter_names().values()))
-    static = evaluate(model.lm, batches)
+    static = evaluate_lm(model.lm, batches)
     assert ours["tokens"] == krause["tokens"] == static["tokens"]
     assert abs(krause["loss"] - static["loss"]) > 1e-3  # the updates matter on this data
     # token_nll scores in float32 (also dynamic evaluation's gradient): equal to float32 rounding
@@ -245,11 +249,11 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
     stats = collect_grad_stats(model.lm, [_random_docs(4, 12, 1, seed=60)], segment_len=6)
     model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.01, decay=0.0, segment_len=6), stats)
     held_out = [_random_docs(8, 12, 2, seed=7)]
-    before = evaluate(model, held_out)["loss"]
+    before = evaluate_lm(model, held_out)["loss"]
     optimizer = torch.optim.Adam(model.meta_learner.parameters(), lr=0.05)
     cfg = TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=1.0)
-    metrics = [train_step(model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg) for step in range(10)]
-    after = evaluate(model, held_out)["loss"]
+    metrics = [train_step(LM_TASK, model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg) for step in range(10)]
+    after = evaluate_lm(model, held_out)["loss"]
     assert metrics[0]["gate_input_mean"] == pytest.approx(1.0) and metrics[0]["gate_input_std"] == 0.0
     assert metrics[-1]["gate_input_mean"] > 1.3  # the learned step is larger than dynamic evaluation's
     assert metrics[-1]["gate_input_std"] > 0 and "gate_forget_mean" in metrics[-1]
@@ -266,7 +270,7 @@ def test_compiled_update_evaluates_like_the_eager_one(gate_form):
     fused = _model(segment_len=4, eta=0.3, decay=0.05, compile_update=True, gate_form=gate_form)
     fused.load_state_dict(eager.state_dict())
     batches = [_random_docs(3, 9, 2, seed=11), _ragged_docs(seed=11)]
-    assert evaluate(fused, batches)["loss"] == pytest.approx(evaluate(eager, batches)["loss"], rel=1e-5)
+    assert evaluate_lm(fused, batches)["loss"] == pytest.approx(evaluate_lm(eager, batches)["loss"], rel=1e-5)
     assert "_compiled_update_fn" in fused.__dict__ and "_compiled_update_fn" not in fused.state_dict()
 
 
@@ -282,7 +286,7 @@ def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_th
     stats = collect_grad_stats(model.lm, [_random_docs(4, 12, 1, seed=60)], segment_len=6)
     model.init_from_dynamic_eval(DynamicEvalConfig(lr=0.01, decay=0.0, segment_len=6), stats)
     train = [_random_docs(8, 12, 2, seed=400 + i) for i in range(3)]
-    before = evaluate(model, train)["loss"]
+    before = evaluate_lm(model, train)["loss"]
     groups = [{"params": list(model.meta_learner.parameters()), "lr": 3e-3}]
     if train_theta:
         groups.append({"params": list(model.lm.parameters()), "lr": 1e-3})
@@ -291,8 +295,8 @@ def test_meta_training_from_dynamic_evaluation_lowers_its_own_objective(train_th
     curve = [before]
     for _epoch in range(4):
         for batch in train:
-            train_step(model, batch, optimizer, cfg)
-        curve.append(evaluate(model, train)["loss"])
+            train_step(LM_TASK, model, batch, optimizer, cfg)
+        curve.append(evaluate_lm(model, train)["loss"])
     assert all(b < a for a, b in zip(curve, curve[1:])), curve  # down after every epoch
     # measured: 3.0956 -> 3.0922 (phi alone), 3.0956 -> 3.0634 (phi and theta)
     assert curve[-1] < before - (0.02 if train_theta else 0.002), curve
@@ -319,11 +323,11 @@ def test_closed_form_output_gradient_at_evaluation_equals_autograd(float64, gate
     with torch.no_grad():
         model.meta_learner.gates.weight.normal_(0.0, 0.5)  # gates away from 1
     batches = [_random_docs(3, 9, 2, seed=12), _ragged_docs(seed=12)]
-    closed = evaluate(model, batches)
+    closed = evaluate_lm(model, batches)
     model.graph_at_eval = True
-    autograd = evaluate(model, batches)
+    autograd = evaluate_lm(model, batches)
     model.graph_at_eval = False
-    static = evaluate(model.lm, batches)
+    static = evaluate_lm(model.lm, batches)
     assert abs(closed["loss"] - static["loss"]) > 1e-3  # the updates matter (measured 4.2e-3)
     assert closed["loss"] == pytest.approx(autograd["loss"], rel=1e-12, abs=0)
 
@@ -377,7 +381,7 @@ def test_a_model_built_under_inference_mode_evaluates_like_one_built_outside():
         served.load_state_dict(model.state_dict())
     assert torch.is_inference(served.prior.output_weight_denominator)
     batches = [_random_docs(2, 12, 2, seed=51)]
-    expected = evaluate(model, batches)["loss"]
-    assert evaluate(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)
+    expected = evaluate_lm(model, batches)["loss"]
+    assert evaluate_lm(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)
     with torch.inference_mode():
-        assert evaluate(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)
+        assert evaluate_lm(served, batches)["loss"] == pytest.approx(expected, rel=1e-6)

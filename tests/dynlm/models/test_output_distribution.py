@@ -82,7 +82,7 @@ def test_the_entity_mask_is_exact_on_anonymized_text(model_type):
     from dynlm.data.config import DataConfig
     from dynlm.data.preprocessor import Preprocessor
     from dynlm.data.synth import SynthConfig, generate
-    from dynlm.training import evaluate
+    from dynlm.tasks.lm_evaluation import evaluate_lm
 
     docs = [anonymize(d, max_chains=8)[0] for d in generate(SynthConfig(num_documents=4))]
     counts = collections.Counter(w for d in docs for s in d["sentences"] for w in s)
@@ -94,7 +94,7 @@ def test_the_entity_mask_is_exact_on_anonymized_text(model_type):
     masked = build_model(MODEL_CONFIGS[model_type](), pre.spec)
     unmasked = build_model(dataclasses.replace(masked.cfg, mask_unseen_entities=False), pre.spec)
     unmasked.load_state_dict(masked.state_dict())
-    on, off = evaluate(masked, [batch]), evaluate(unmasked, [batch])
+    on, off = evaluate_lm(masked, [batch]), evaluate_lm(unmasked, [batch])
     assert on["tokens"] == off["tokens"] and torch.isfinite(torch.tensor(on["loss"]))
     assert on["nll_sum_all"] < off["nll_sum_all"]
     assert on["nll_sum_first_mention"] < off["nll_sum_first_mention"]

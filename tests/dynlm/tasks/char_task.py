@@ -24,6 +24,7 @@ from dynlm.data.split import assign_split
 from dynlm.losses import token_nll
 from dynlm.metrics import perplexity
 from dynlm.tasks.base import Task
+from dynlm.training import StepLoss
 
 PAD, UNK, EOS = 0, 1, 2  # character ids; real characters from 3 on, most frequent first
 
@@ -129,6 +130,12 @@ class CharBatch:
     def to(self, device) -> "CharBatch":
         return CharBatch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
 
+    @property
+    def num_documents(self) -> int:
+        return self.inputs.shape[0]
+
+    num_padded = 0
+
 
 class CharLM(nn.Module):
     def __init__(self, cfg: CharModelConfig, spec: CharSpec):
@@ -218,21 +225,10 @@ class CharTask(Task):
     def build_model(self, model_cfg, spec):
         return CharLM(model_cfg, spec)
 
-    def loss(self, outputs, batch):
-        nll = token_nll(outputs, batch.targets, batch.mask)  # [B, T]
-        count = batch.mask.sum()
-        return nll.sum() / count.clamp(min=1), nll.sum().detach(), count
-
-    def train_step(self, model, batch, optimizer, train_cfg, *, scheduler=None):
-        model.train()
-        optimizer.zero_grad(set_to_none=True)
-        loss, nll_sum, count = self.loss(model(batch), batch)
-        loss.backward()
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        return {"loss": float(loss.detach()), "nll_sum": float(nll_sum), "tokens": int(count), "num_padded": 0,
-                "documents": batch.inputs.shape[0], "steps": 1}
+    def loss(self, model, chunk, state):
+        nll = token_nll(model(chunk), chunk.targets, chunk.mask)  # [B, T]
+        count = chunk.mask.sum()
+        return StepLoss(nll.sum() / count.clamp(min=1), nll.sum().detach(), count)
 
     def evaluate(self, model, batches):
         model.eval()

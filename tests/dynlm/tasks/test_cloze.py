@@ -11,11 +11,12 @@ import torch
 
 from dynlm.data.synthetic_cloze import synthetic_cbt_text, write_synthetic_cbt
 from dynlm.models.ga_reader import GAReaderConfig
-from dynlm.serving import InputError
+from dynlm.requests import InputError
 from dynlm.tasks import get_task
 from dynlm.tasks.cloze_data import ClozeDataConfig, collate_questions
 from dynlm.tasks.cloze_metrics import ClozeMetrics
 from dynlm.tasks.local import files_table, prepare_in_memory, prepare_local
+from dynlm.training import train_step
 
 TASK = get_task("cloze")
 TRAIN = SimpleNamespace(grad_clip=5.0)
@@ -122,7 +123,7 @@ def _trained(tmp_path, embedding: str, epochs: int):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
     for epoch in range(epochs):
         for batch in TASK.batches(done.splits["train"], spec, 16, seed=epoch):
-            TASK.train_step(model, batch, optimizer, TRAIN)
+            train_step(TASK, model, batch, optimizer, TRAIN)
     return done, model
 
 

@@ -14,7 +14,7 @@ from dynlm.models import rnn_lm_small
 from dynlm.tasks import get_task
 from dynlm.tasks.lm import ACCUMULATION_FIGURE
 from dynlm.tasks.local import files_table, prepare_in_memory, prepare_local
-from dynlm.training import TrainConfig
+from dynlm.training import TrainConfig, train_step
 
 SETTINGS = dict(vocab_size=60, bpe_merges=40, max_chains=8)
 
@@ -58,7 +58,7 @@ def test_lm_task_evaluation_counts_the_accumulation_bins(prepared):
     torch.manual_seed(0)
     model = task.build_model(rnn_lm_small(embed_dim=16, hidden_dim=16, dropout=0.0), spec)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    step = task.train_step(model, task.collate(rows[:4], spec), optimizer, TrainConfig(bptt_tokens=0, bptt_sentences=4))
+    step = train_step(task, model, task.collate(rows[:4], spec), optimizer, TrainConfig(bptt_tokens=0, bptt_sentences=4))
     assert step["tokens"] == sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows[:4])
 
     metrics = task.evaluate(model, task.batches(rows, spec, 4, seed=None))

@@ -19,7 +19,7 @@ from dynlm.tasks import get_task
 from dynlm.tasks.local import files_table, prepare_in_memory
 from dynlm.tasks.naming import NamingTask, score_suggestions
 from dynlm.tasks.naming_data import NamingDataConfig, NamingVocab
-from dynlm.training import TrainConfig, fit
+from dynlm.training import TrainConfig, fit, train_step
 
 TINY = textwrap.dedent('''\
     class Box:
@@ -170,8 +170,9 @@ def test_collate_shapes_and_the_inactive_batch(synth_corpus):
     model = task.build_model(NamingModelConfig(embed_dim=8, context_size=2, noise_samples=4), spec)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     before = [p.detach().clone() for p in model.parameters()]
-    out = task.train_step(model, task.pad_batch(None, 1, spec), optimizer, TrainConfig(bptt_tokens=0, grad_clip=1.0))
-    assert (out["loss"], out["nll_sum"], out["tokens"], out["documents"], out["steps"]) == (0.0, 0.0, 0, 0, 1)
+    out = train_step(task, model, task.pad_batch(None, 1, spec), optimizer, TrainConfig(bptt_tokens=0, grad_clip=1.0))
+    assert (out["nll_sum"], out["tokens"], out["documents"], out["steps"]) == (0.0, 0, 0, 1)
+    assert math.isnan(out["loss"])  # the mean NLL of no name
     assert all(p.grad is not None and not p.grad.abs().sum() for p in model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
