@@ -174,6 +174,9 @@ DDP_SCRIPT = textwrap.dedent('''
     from conftest import TINY_SPEC, random_rows
     from dynlm.data.batching import batch_documents
     from dynlm.models import build_model, rnn_lm_small
+    from dynlm.tasks.lm import LMTask
+    from dynlm.training import TrainConfig, train_step
+    LM_TASK = LMTask()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
