@@ -1,7 +1,7 @@
 """``dynlm data cloze``: a CBT-style cloze corpus from any corpus, as a Ray Data job.
 
     read_binary_files(the LM data config's input files)
-    map_batches(LMTask.parse_files)                 documents, gold mentions anonymized as <unkN>
+    map_batches(the LM task's parse_files)      documents, gold mentions anonymized as <unkN>
     map_batches(dynlm.data.cloze_builder.questions_table)   one CBT block per question + its split
     -> cbtest_<class>_<split>.txt in the output folder (sorted: deterministic bytes)
 

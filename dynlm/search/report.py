@@ -119,16 +119,12 @@ def results_figure(trials: list[TrialSummary], base, keys: list[str] | None = No
     points = [t for t in trials if math.isfinite(t.best_valid_objective)]
     display = base.get_task().objective_display()
     keys = list(keys or [])
-    if base.task == "lm":
-        colour_key: str | None = "model.dntm.merge_fn"
-        ylabel = "best valid perplexity"
-        panels = [k for k in keys if k != colour_key] or ["data.bpe_merges", "data.gamma"]
-    else:
+    colour_key = display.colour_key
+    if colour_key is None:
         categorical = [k for k in keys if any(isinstance(t.params.get(k), str) for t in points)]
         colour_key = categorical[0] if categorical else None
-        ylabel = display.label
-        panels = [key for key in keys if key != colour_key] or [colour_key]
-    return _scatter_panels(points, panels, colour_key, ylabel, value, display.value)
+    panels = [key for key in keys if key != colour_key] or list(display.default_panels) or [colour_key]
+    return _scatter_panels(points, panels, colour_key, display.label, value, display.value)
 
 
 def _scatter_panels(points: list[TrialSummary], panels: list[str | None], colour_key: str | None, ylabel: str,

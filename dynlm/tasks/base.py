@@ -21,7 +21,7 @@ function itself (picklable by reference, as Ray Data needs).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, ClassVar, Iterable, Iterator, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -42,10 +42,24 @@ class ObjectiveDisplay(NamedTuple):
     Attributes:
         label: the y axis label.
         value: the plotted value of an objective value (``primary_metric``, lower is better).
+        colour_key: the dotted key the figure colours trials by (None: the first searched key
+            with text values).
+        default_panels: the keys plotted when the search varies nothing but ``colour_key``.
     """
 
     label: str
     value: Callable[[float], float]
+    colour_key: str | None = None
+    default_panels: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class NameSuggester(Protocol):
+    """The role of a task whose models suggest names for a source file's functions (``dynlm
+    suggest-name``: the naming task)."""
+
+    def suggest_source(self, model, model_cfg, preprocessor, source: str | bytes, path: str, top_k: int) -> list[dict]:
+        """Every function of ``source`` with the model's ``top_k`` names and their probabilities."""
 
 
 def _unchanged(objective: float) -> float:
@@ -81,6 +95,8 @@ class Task(ABC):
     metrics: ClassVar[type]
     primary_metric: ClassVar[str] = "ppl"
     spec_class: ClassVar[type]
+    #: True: ``dynlm evaluate --dynamic-eval`` can adapt the task's models while they read (the LM's)
+    dynamic_evaluation: ClassVar[bool] = False
     #: the task's best-known ``train:`` settings where they differ from :class:`dynlm.training.TrainConfig`'s
     #: (the language models'); a job's ``train:`` section overrides them key by key
     train_defaults: ClassVar[dict[str, Any]] = {}
@@ -293,8 +309,8 @@ class Task(ABC):
 
     def objective_display(self) -> ObjectiveDisplay:
         """How the search report's figure (:func:`dynlm.search.report.results_figure`) shows
-        each trial's best ``primary_metric``: the y label and the plotted value. Default: the
-        objective itself, ``best valid <primary_metric>`` (the LM's figure keeps its own label).
-        A task whose objective is an error may show what it is the error of (the cloze task:
-        accuracy in %)."""
+        each trial's best ``primary_metric``: the y label, the plotted value, what colours the
+        trials. Default: the objective itself, ``best valid <primary_metric>``, coloured by the
+        first searched key with text values. A task whose objective is an error may show what
+        it is the error of (the cloze task: accuracy in %); the LM colours by merge function."""
         return ObjectiveDisplay(f"best valid {self.primary_metric}", _unchanged)

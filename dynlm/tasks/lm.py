@@ -41,7 +41,7 @@ from dynlm.losses import chunk_loss
 from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
 from dynlm.models.config import ModelConfig
-from dynlm.tasks.base import Task
+from dynlm.tasks.base import ObjectiveDisplay, Task
 from dynlm.tasks.lm_evaluation import bptt_chunks, evaluate_lm, steps_per_chunk
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts, token_stats
 from dynlm.tasks.lm_table import format_metrics_table
@@ -49,6 +49,10 @@ from dynlm.training import StepLoss, model_device, unwrap_model
 from dynlm.vocab_spec import VocabSpec
 
 ACCUMULATION_FIGURE = "accumulation.png"
+
+
+def _perplexity(objective: float) -> float:
+    return objective  # the LM's objective is the perplexity itself
 
 
 class LMTask(Task):
@@ -61,6 +65,7 @@ class LMTask(Task):
     data_config = DataConfig
     model_config = ModelConfig
     metrics = MetricAccumulator
+    dynamic_evaluation = True  # dynlm.dynamic_eval (Krause et al.), the meta-learned LM's baseline
     primary_metric = "ppl"
     spec_class = VocabSpec
     encoder = EncodeDocuments
@@ -187,6 +192,12 @@ class LMTask(Task):
 
     def evaluate(self, model, batches) -> dict:
         return evaluate_lm(model, batches)
+
+    def objective_display(self) -> ObjectiveDisplay:
+        """The search figure: perplexity, one colour per DNTM merge function, and the data axes
+        (``bpe_merges``, ``gamma``) when nothing else is searched."""
+        return ObjectiveDisplay("best valid perplexity", _perplexity,
+                                colour_key="model.dntm.merge_fn", default_panels=("data.bpe_merges", "data.gamma"))
 
     serving_inputs = (("text", "string"), ("tokens", "list<list<string>>"))
     serving_outputs = (("tokens", "list<string>"), ("token_log_probs", "list<double>"), ("num_tokens", "long"),

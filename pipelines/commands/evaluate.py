@@ -229,14 +229,12 @@ def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, 
     return {"config": cfg, "metrics": metrics, "grid": grid, "grid_source": grid_source}
 
 
-def dynamic_eval_text(result: dict, eta_auto: bool) -> str:
+def dynamic_eval_text(task, result: dict, eta_auto: bool) -> str:
     """What ``evaluate --dynamic-eval`` prints: the eta x lambda grid (``--eta auto``), then the table."""
-    from dynlm.tasks.lm import LMTask
-
     cfg, text = result["config"], []
     if result["grid"] is not None:
         text += [format_grid(result["grid"], cfg) + f"\n  ({result['grid_source']})", ""]
-    text.append(LMTask().metric_table(
+    text.append(task.metric_table(
         result["metrics"], f"dynamic evaluation (eta={cfg.lr:g}{' auto' if eta_auto else ''}, "
                            f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
     return "\n".join(text)
@@ -268,8 +266,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
     task, torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
-    if args.dynamic_eval and task.name != "lm":
-        raise ConfigError(f"evaluate --dynamic-eval: the LM task's models only, not {task.name!r}")
+    if args.dynamic_eval and not task.dynamic_evaluation:
+        raise ConfigError(f"evaluate --dynamic-eval: the {task.name!r} task's models have no dynamic evaluation "
+                          "(the LM task's have)")
     prepared, metrics, scored_on = None, None, "this process"
     if is_prepared_folder(args.data):
         from pipelines.scoring import scores_on_ray
@@ -309,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
                                      "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
                                      "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
-        dynamic_text = dynamic_eval_text(dynamic, args.eta == "auto")
+        dynamic_text = dynamic_eval_text(task, dynamic, args.eta == "auto")
         table += "\n\n" + dynamic_text
         if not args.json:
             print()

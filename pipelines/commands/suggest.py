@@ -49,12 +49,13 @@ def format_suggestions(path: str, functions: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dynlm.tasks.base import NameSuggester
     from pipelines.commands.evaluate import load_any_model
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     task, model, model_cfg, _, preprocessor = load_any_model(args.model, args.tracking_uri)
-    if not hasattr(task, "suggest_source"):
+    if not isinstance(task, NameSuggester):
         raise ValueError(f"{args.model} is a model of the {task.name!r} task, which suggests no names "
                          "(train one with `task: naming`)")
     if preprocessor is None:
