@@ -19,8 +19,9 @@ def test_two_nodes_survive_losing_one(tmp_path, processes, s3_bucket):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["PYTHONPATH"] = str(REPO)
     store = s3_bucket.rsplit("/", 1)[0]  # s3://<bucket>
+    # 80-105 s alone; beside the Ray stream on 2 cores 333-496 s (2026-12-07): 900 s, not a speed check
     proc = processes.run([sys.executable, str(SCENARIO), str(tmp_path), store], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=900)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     report = json.loads(lines[-1][len("RESULT "):])
