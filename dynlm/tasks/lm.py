@@ -13,7 +13,7 @@ collate / batches   :func:`dynlm.data.batching.collate_documents` / ``batch_docu
 batch_layout        sentence lockstep, or chunks of ``train.bptt_tokens`` (:class:`~dynlm.data.batching.ChunkLayout`)
 lockstep            sentence steps: :func:`dynlm.distributed.pad_to_steps` / ``dummy_batch``
 build_model         :func:`dynlm.models.build_model`
-chunks / loss       truncated-BPTT chunks (:func:`dynlm.tasks.lm_evaluation.bptt_chunks`), :func:`dynlm.losses.chunk_loss`
+chunks / loss       truncated-BPTT chunks (:func:`dynlm.tasks.lm_evaluation.bptt_chunks`), ``chunk_loss``
 evaluate            :func:`dynlm.tasks.lm_evaluation.evaluate_lm` (the paper metrics)
 metrics             :class:`dynlm.metrics.MetricAccumulator`
 metric_table        :func:`dynlm.tasks.lm_table.format_metrics_table`
@@ -49,10 +49,6 @@ from dynlm.training import StepLoss, model_device, unwrap_model
 from dynlm.vocab_spec import VocabSpec
 
 ACCUMULATION_FIGURE = "accumulation.png"
-
-
-def _perplexity(objective: float) -> float:
-    return objective  # the LM's objective is the perplexity itself
 
 
 class LMTask(Task):
@@ -196,8 +192,8 @@ class LMTask(Task):
     def objective_display(self) -> ObjectiveDisplay:
         """The search figure: perplexity, one colour per DNTM merge function, and the data axes
         (``bpe_merges``, ``gamma``) when nothing else is searched."""
-        return ObjectiveDisplay("best valid perplexity", _perplexity,
-                                colour_key="model.dntm.merge_fn", default_panels=("data.bpe_merges", "data.gamma"))
+        return super().objective_display()._replace(label="best valid perplexity", colour_key="model.dntm.merge_fn",
+                                                    default_panels=("data.bpe_merges", "data.gamma"))
 
     serving_inputs = (("text", "string"), ("tokens", "list<list<string>>"))
     serving_outputs = (("tokens", "list<string>"), ("token_log_probs", "list<double>"), ("num_tokens", "long"),

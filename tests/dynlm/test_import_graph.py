@@ -16,7 +16,8 @@ def _module_name(path: Path, root: Path) -> str:
 
 
 def import_graph(root: Path = LIBRARY) -> dict[str, set[str]]:
-    """``{module: the dynlm modules it imports}``, from every ``import`` statement of every file (inside functions and ``TYPE_CHECKING`` too:
+    """``{module: the dynlm modules it imports}``, from every ``import`` statement of every file
+    (inside functions and ``TYPE_CHECKING`` too:
     a lazy import is still a dependency). ``from a.b import c`` names ``a.b.c`` when that is a
     module, else ``a.b``."""
     files = {_module_name(path, root): path for path in root.rglob("*.py")}

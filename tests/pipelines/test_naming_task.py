@@ -1,6 +1,7 @@
 """The method-naming task (Allamanis et al., 2015) through the whole pipeline: the README's naming
-block as written, from a fresh clone, on its default data (the running Python's standard library;
-sizes cut for time, its top-level modules): ``dynlm prepare`` (Ray Data) -> ``dynlm train`` (2 DDP workers, Ray Train) ->
+block as written, from a fresh clone, on its default data (the running Python's standard
+library; sizes cut for time, its top-level modules): ``dynlm prepare`` (Ray Data) -> ``dynlm
+train`` (2 DDP workers, Ray Train) ->
 ``dynlm-naming`` in the MLflow registry -> ``dynlm evaluate`` of the champion -> ``dynlm
 suggest-name`` -> ``dynlm tune`` (two trials); then the pyfunc model answering a request (and
 refusing a bad one). An unparseable file's quarantine is ``tests/dynlm/tasks/test_naming.py``'s.

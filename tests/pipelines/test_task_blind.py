@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ASKING = re.compile(r"""task\.name\s*[!=]=|\.task\s*[!=]=\s*["']|hasattr\(\s*task\b|^\s*from dynlm\.tasks\.lm import|import .*\bLMTask\b""")
+ASKING = re.compile(r"""task\.name\s*[!=]=|\.task\s*[!=]=\s*["']|hasattr\(\s*task\b"""
+                    r"""|^\s*from dynlm\.tasks\.lm import|import .*\bLMTask\b""")
 
 
 def offenders(repo: Path, folders: tuple[str, ...] = ("pipelines", "dynlm")) -> list[str]:
@@ -37,5 +38,6 @@ def test_the_check_finds_a_task_name_test(tmp_path):
     (tmp_path / "pipelines" / "cmd.py").write_text('if task.name == "lm":\n    pass\nif hasattr(task, "x"):\n    pass\n'
                                                   '    from dynlm.tasks.lm import LMTask\n# LMTask.batches does it\n')
     (tmp_path / "dynlm" / "tasks" / "lm.py").write_text('class LMTask:\n    pass\n')  # the tasks' own: allowed
-    assert offenders(tmp_path) == ['pipelines/cmd.py:1: if task.name == "lm":', 'pipelines/cmd.py:3: if hasattr(task, "x"):',
+    assert offenders(tmp_path) == ['pipelines/cmd.py:1: if task.name == "lm":',
+                                   'pipelines/cmd.py:3: if hasattr(task, "x"):',
                                    'pipelines/cmd.py:5: from dynlm.tasks.lm import LMTask']
