@@ -31,6 +31,10 @@ class TrainConfig(Config):
     # (train_step's after_chunk). Likelihoods are those of one document a row (test_chunked_pass.py)
     pack_documents: bool = True
     grad_clip: float = 0.25  # max global grad norm; 0 disables clipping
+    # chunks whose gradients are summed into one optimizer step (the mean of their losses): a k times
+    # larger effective batch at the memory of one; on DDP the ranks all-reduce once per optimizer
+    # step (no_sync on the others). 1: a step per chunk
+    accumulate_steps: int = 1
     weight_decay: float = 0.0
     lr_schedule: Literal["constant", "cosine", "plateau"] = "constant"
     warmup_steps: int = 0
@@ -41,7 +45,7 @@ class TrainConfig(Config):
     def validate(self) -> None:
         if self.lr <= 0:
             raise ConfigError(f"train.lr must be positive, got {self.lr}")
-        for name in ("epochs", "batch_size", "bptt_sentences"):
+        for name in ("epochs", "batch_size", "bptt_sentences", "accumulate_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("grad_clip", "weight_decay", "warmup_steps", "early_stopping_patience", "bptt_tokens"):

@@ -1,7 +1,8 @@
 """Ray-free training of every task: THE step (:func:`train_step`) and THE loop (:func:`fit`).
 
-The loop owns the step: ``zero_grad``, autocast, ``backward``, clipping, the optimizer and
-schedule steps, the lockstep of DDP ranks, validation, early stopping. A task
+The loop owns the step: ``zero_grad``, autocast, ``backward``, gradient accumulation (with
+DDP's ``no_sync`` on the accumulating chunks), clipping, the optimizer and schedule steps, the
+lockstep of DDP ranks, validation, early stopping. A task
 (:class:`dynlm.tasks.Task`) only cuts a batch into chunks and computes one chunk's loss
 (:class:`StepLoss`); it never steps an optimizer. The same code runs in one process (``dynlm
 train --local``, benchmarks, tests) and on every DDP rank of a Ray Train run
@@ -91,16 +92,81 @@ class StepLoss(NamedTuple):
     stats: dict | None = None
 
 
+def optimizer_steps(chunks: int, accumulate_steps: int) -> int:
+    """Optimizer steps of ``chunks`` chunks with ``accumulate_steps`` chunks a step (the last
+    group of an epoch may be shorter: it steps too)."""
+    return -(-chunks // accumulate_steps)
+
+
+class Accumulation:
+    """Where a run stands between two optimizer steps: the gradients of ``every`` chunks
+    (``train.accumulate_steps``) are summed into one step, each chunk's loss divided by
+    ``every`` (the step follows the mean of their losses). On a DDP-wrapped model the backward
+    of every chunk but a group's last runs under ``no_sync()``: the ranks all-reduce once per
+    optimizer step. One object lives for an epoch (:func:`train_one_epoch`), so a group may span
+    batches; :meth:`finish` steps on a group the epoch cut short."""
+
+    def __init__(self, every: int):
+        if every < 1:
+            raise ValueError(f"accumulate_steps must be >= 1, got {every}")
+        self.every = every
+        self.pending = 0  # chunks backpropagated since the last optimizer step
+
+    def closes_group(self) -> bool:
+        """True when the next chunk is its group's last (the optimizer steps after it)."""
+        return self.pending + 1 == self.every
+
+    def chunk_context(self, model: nn.Module):
+        """Around the next chunk's forward AND backward (DDP decides at the forward whether
+        the backward all-reduces): ``no_sync()`` on a DDP model unless the chunk closes a group."""
+        if isinstance(model, nn.parallel.DistributedDataParallel) and not self.closes_group():
+            return model.no_sync()
+        return nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> bool:
+        """Backpropagate one chunk's ``loss`` (inside :meth:`chunk_context`); True when it
+        closed a group (step now)."""
+        last = self.closes_group()
+        (loss if self.every == 1 else loss / self.every).backward()
+        self.pending = 0 if last else self.pending + 1
+        return last
+
+    def finish(self, model: nn.Module) -> bool:
+        """Make the gradients of an unfinished group (its chunks' backward ran under
+        ``no_sync``) the mean over its ``pending`` chunks, all-reduced across DDP ranks; True
+        when there was one (the caller steps), False when nothing is pending."""
+        if self.pending == 0:
+            return False
+        params = [p for p in unwrap_model(model).parameters() if p.requires_grad]
+        scale = self.every / self.pending
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            import torch.distributed as dist
+
+            scale /= dist.get_world_size()  # DDP averages over ranks: so does this
+            for p in params:  # every rank walks the same parameters: one all-reduce each
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        self.pending = 0
+        return True
+
+
 def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig, *,
-               scheduler=None, after_chunk: Callable[[dict], None] | None = None, autocast_dtype=None) -> dict:
-    """THE training step of every task: one optimizer step per chunk of ``batch``.
+               scheduler=None, after_chunk: Callable[[dict], None] | None = None, autocast_dtype=None,
+               accumulation: Accumulation | None = None) -> dict:
+    """THE training step of every task: the chunks of ``batch``, one optimizer step per
+    ``cfg.accumulate_steps`` of them.
 
     The loop owns the step; the task computes a loss. For each chunk of ``task.chunks(batch,
     cfg)`` (the LM: its truncated-BPTT chunks; every other task: the batch itself):
-    ``zero_grad`` -> ``task.loss(model, chunk, state)`` (under autocast when
-    ``autocast_dtype`` is given) -> ``backward`` -> clip to ``cfg.grad_clip`` -> optimizer step ->
-    ``scheduler`` step -> ``state = task.detach_state(model, state)``. The state starts as
-    ``task.initial_state(model, batch)``.
+    ``zero_grad`` (at a group's first chunk) -> ``task.loss(model, chunk, state)`` (under
+    autocast when ``autocast_dtype`` is given) -> ``backward`` (:class:`Accumulation`: DDP
+    synchronises a group's last chunk only) -> ``state = task.detach_state(model, state)``;
+    after a group's last chunk: clip to ``cfg.grad_clip`` -> optimizer step -> ``scheduler``
+    step. The state starts as ``task.initial_state(model, batch)``.
 
     Works unchanged on a ``DistributedDataParallel``-wrapped model (the task's loss calls the
     forward through the wrapper once per chunk; state methods go to ``model.module``).
@@ -117,35 +183,50 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
             the call costs no device synchronisation; a hook converts them only when it needs
             them, and copies them to keep them: they are updated in place).
         autocast_dtype: e.g. ``torch.bfloat16`` on CUDA; None: full precision.
+        accumulation: the epoch's :class:`Accumulation` (a group may then end in a later batch);
+            None: this call's own, and a group the batch leaves unfinished steps at its end.
 
     Returns:
         ``loss`` (mean NLL per target), ``ppl``, ``tokens`` (targets), ``num_padded``,
-        ``documents``, ``steps`` (optimizer steps), ``nll_sum``, ``grad_norm`` (mean pre-clip
-        norm), ``lr``; plus the mean of each of the chunks' ``stats`` (the dynamical LM's ``gate_*``).
+        ``documents``, ``steps`` (optimizer steps taken in this call), ``nll_sum``,
+        ``grad_norm`` (mean pre-clip norm), ``lr``; plus the mean of each of the chunks'
+        ``stats`` (the dynamical LM's ``gate_*``).
     """
     core = unwrap_model(model)
     model.train()
     device = model_device(core)
+    own_accumulation = accumulation is None
+    accumulation = Accumulation(cfg.accumulate_steps) if own_accumulation else accumulation
     state = task.initial_state(model, batch)
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     count_total = torch.zeros((), dtype=torch.long, device=device)
     grad_norms, stats = [], []
     steps = 0
-    for chunk in task.chunks(batch, cfg):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-            step = task.loss(model, chunk, state)
-        step.loss.backward()
+
+    def take_step() -> None:
+        nonlocal steps
         if (norm := optimizer_step(core, optimizer, cfg.grad_clip, scheduler)) is not None:
             grad_norms.append(norm)
+        steps += 1
+        if after_chunk is not None:
+            after_chunk({"steps": steps, "tokens": count_total, "nll_sum": nll_total})
+
+    for chunk in task.chunks(batch, cfg):
+        if accumulation.pending == 0:
+            optimizer.zero_grad(set_to_none=True)
+        with accumulation.chunk_context(model):
+            with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
+                step = task.loss(model, chunk, state)
+            group_done = accumulation.backward(step.loss)
         state = task.detach_state(model, step.state)
         nll_total += torch.as_tensor(step.nll_sum, device=device).detach().double()
         count_total += torch.as_tensor(step.count, device=device).long()
         if step.stats:
             stats.append(step.stats)
-        steps += 1
-        if after_chunk is not None:
-            after_chunk({"steps": steps, "tokens": count_total, "nll_sum": nll_total})
+        if group_done:
+            take_step()
+    if own_accumulation and accumulation.finish(model):  # a group this batch left unfinished
+        take_step()
     nll, tokens = float(nll_total), int(count_total)
     return {
         "loss": nll / tokens if tokens else float("nan"),
@@ -162,7 +243,8 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
 
 
 def _count_steps(task, batches: Iterable[Any], cfg: TrainConfig) -> int:
-    return sum(task.steps_per_batch(batch, cfg) for batch in batches)
+    """Optimizer steps of one epoch over ``batches``."""
+    return optimizer_steps(sum(task.steps_per_batch(batch, cfg) for batch in batches), cfg.accumulate_steps)
 
 
 def seed_everything(seed: int, epoch: int, rank: int) -> None:
@@ -178,7 +260,9 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
     (``task.lockstep_size``): a shorter batch is padded (``task.pad_batch``; the LM: inactive
     sentence steps) and a rank without data runs an inactive batch (zero loss, zero gradient), so
     every rank runs the same forward/backward/optimizer calls and the replicas stay bit-identical.
-    Without a process group this is a plain loop.
+    Without a process group this is a plain loop. With ``cfg.accumulate_steps`` k > 1 an optimizer
+    step sums the gradients of k chunks, across batch boundaries (:class:`Accumulation`); the
+    epoch's last group may be shorter and steps at its end.
 
     Args:
         model: the DDP-wrapped model (or the bare model in one process).
@@ -199,11 +283,15 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
     gate_steps: list[dict] = []
     iterator = iter(batches)
+    accumulation = Accumulation(cfg.accumulate_steps)  # a group may span batches
     while True:
         batch = next(iterator, None)
         any_batch, max_size = all_reduce_values(
             [float(batch is not None), float(task.lockstep_size(batch) if batch is not None else 0)], device, op="max")
         if not any_batch:
+            if accumulation.finish(model):  # the epoch's last group, cut short: every rank steps on it
+                optimizer_step(unwrap_model(model), optimizer, cfg.grad_clip, schedule)
+                totals["steps"] += 1
             totals["gate_means"] = {key: sum(g[key] for g in gate_steps) / len(gate_steps)
                                     for key in (gate_steps[0] if gate_steps else {})}
             return totals
@@ -211,7 +299,7 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
         step_batch = task.pad_batch(batch, int(max_size), spec)
         hook = None if after_step is None else _epoch_hook(after_step, dict(totals), counted=batch is not None)
         out = train_step(task, model, step_batch, optimizer, cfg, scheduler=schedule, after_chunk=hook,
-                         autocast_dtype=autocast_dtype)
+                         autocast_dtype=autocast_dtype, accumulation=accumulation)
         totals["steps"] += out["steps"]
         if batch is not None:
             totals["nll_sum"] += out["nll_sum"]

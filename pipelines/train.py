@@ -15,7 +15,7 @@ driver, into one equal part per rank (``Dataset.split(equal=True)``: block refer
 pass through the driver), handed to the workers in ``train_loop_config`` (:func:`cached_splits`):
 Ray Train's streaming split would start a split-coordinator actor (a new process) in every
 training and Tune trial before the first batch. One row is one document, so a
-document never straddles two ranks. Rows are buffered ``SORT_BUFFER_BATCHES`` batches at a time
+document never straddles two ranks. Rows are buffered ``dynlm.runner.SORT_BUFFER_BATCHES`` batches at a time
 and grouped by length (:func:`dynlm.data.batching.batch_documents`); the padding waste is
 reported per epoch. ``valid`` is a Ray Dataset too, not split (``DataConfig(datasets_to_split=
 ["train"])``), read in file order and cached beside the train split: every rank iterates it and
@@ -58,15 +58,12 @@ import torch
 from dynlm import checkpoint as dynlm_checkpoint
 from dynlm import faults, storage
 from dynlm.config import Config, ConfigError, seconds_from_env
-from dynlm.data.batching import PACKED_GROUP_BATCHES, per_worker_batch_size
 from dynlm.data.prepared import PreparedData
 from dynlm.distributed import all_gather_strings
 from dynlm.job import JobConfig, ResourcesError, RunSettings, missing_resources, with_worker_cpus
-from dynlm.optim import LRSchedule, build_optimizer
-from dynlm.training import FitHooks, FitState, fit
+from dynlm.runner import build_rank_run, total_steps
+from dynlm.training import FitHooks, FitState, optimizer_steps
 
-# rows buffered for length sorting (or packed into one batch: ChunkLayout.pack_documents) = this x per-worker batch size
-SORT_BUFFER_BATCHES = PACKED_GROUP_BATCHES
 PROCESS_GROUP_TIMEOUT_S = 600  # a desynchronised collective fails the attempt after this
 CHECKPOINT_FILE = "model.pt"
 RUN_INFO_FILE = "dynlm_run.json"  # under <storage>/<name>: MLflow run id + job, for --resume
@@ -273,27 +270,6 @@ def _system_metrics(rank: int, settings: WorkerSettings, job: JobConfig) -> Iter
         monitor.stop()  # bounded: the server may be gone
 
 
-def _batch_streams(task, job: JobConfig, spec, train_shard, valid_data, rank: int, world: int):
-    """``(train_batches(epoch), valid_batches())`` of one rank: its train shard, re-shuffled per
-    epoch from (seed, epoch, rank) in length-sorted buffers; the rows ``index % world == rank`` of
-    the whole validation split (every rank iterates it)."""
-    cfg = job.train
-    batch_size = per_worker_batch_size(cfg.batch_size, world)
-    buffer_rows = batch_size * SORT_BUFFER_BATCHES
-    layout = task.batch_layout(cfg, job.model)  # the LM: sentence lockstep or chunks of train.bptt_tokens
-    valid_layout = task.evaluation_layout(job.model) or layout  # the dynamical LM: segments (batch-independent)
-
-    def train_batches(epoch: int):
-        return task.stream_batches(_shard_rows(train_shard, buffer_rows), spec, batch_size,
-                                   seed=cfg.seed * 7919 + epoch * 31 + rank, buffer_rows=buffer_rows, layout=layout)
-
-    def valid_batches():
-        rows = (row for i, row in enumerate(_shard_rows(valid_data, buffer_rows)) if i % world == rank)
-        return task.stream_batches(rows, spec, batch_size, seed=0, buffer_rows=buffer_rows, layout=valid_layout)
-
-    return train_batches, valid_batches
-
-
 def train_fn_per_worker(config: dict) -> dict | None:
     """One DDP rank of a Ray Train V2 run (``train_loop_config`` = :class:`WorkerSettings` dict):
     restore, run :func:`dynlm.training.fit` on this rank's shard, report every epoch.
@@ -309,7 +285,6 @@ def train_fn_per_worker(config: dict) -> dict | None:
     cached = config.get(CACHED_SPLITS_KEY)  # {"train": one dataset per rank, "valid": dataset} or None
     settings = WorkerSettings.from_dict({k: v for k, v in config.items() if k != CACHED_SPLITS_KEY})
     job = JobConfig.from_dict(settings.job)
-    cfg = job.train
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
@@ -320,21 +295,19 @@ def train_fn_per_worker(config: dict) -> dict | None:
 
     if job.run.cpus_per_worker != "auto":  # resolved by run_training: the CPUs its bundle reserved
         torch.set_num_threads(max(1, int(job.run.cpus_per_worker)))
-    torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    core = task.build_model(job.model, spec)
-    # One worker: no DDP, so no anchor needed (prepare_model only moves the model then).
-    model = ray.train.torch.prepare_model(task.wrap_for_ddp(core) if world > 1 else core)
-    optimizer = build_optimizer(core, cfg)
-    schedule = LRSchedule(optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
-                          total_steps=settings.total_steps)
-    state = _restore(core, optimizer, schedule, job, spec)
-    first_epoch = state.epoch + 1  # of this attempt
-    node_ids = ",".join(all_gather_strings(ray.get_runtime_context().get_node_id()))
     if cached is not None:
         train_shard, valid_data = cached["train"][rank], cached["valid"]
     else:
         train_shard, valid_data = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("valid")
-    train_batches, valid_batches = _batch_streams(task, job, spec, train_shard, valid_data, rank, world)
+    run = build_rank_run(job, spec, train_rows=lambda buffer_rows: _shard_rows(train_shard, buffer_rows),
+                         valid_rows=lambda buffer_rows: _shard_rows(valid_data, buffer_rows), steps=settings.total_steps,
+                         rank=rank, world_size=world, device=device)
+    core, optimizer, schedule = run.model, run.optimizer, run.schedule
+    # One worker: no DDP, so no anchor needed (prepare_model only moves the model then).
+    model = ray.train.torch.prepare_model(task.wrap_for_ddp(core) if world > 1 else core)
+    state = _restore(core, optimizer, schedule, job, spec)
+    first_epoch = state.epoch + 1  # of this attempt
+    node_ids = ",".join(all_gather_strings(ray.get_runtime_context().get_node_id()))
 
     def on_epoch(epoch: int, record: dict) -> None:
         # Ray's equal split drops the last (< world_size) rows of an uneven epoch; say so
@@ -359,8 +332,7 @@ def train_fn_per_worker(config: dict) -> dict | None:
                      autocast_dtype=torch.bfloat16 if (job.run.bf16 and device.type == "cuda") else None,
                      after_step=after_step)
     with _system_metrics(rank, settings, job):
-        summary = fit(model, train_batches, valid_batches, cfg, optimizer=optimizer, schedule=schedule, state=state,
-                      hooks=hooks, on_epoch=on_epoch, task=task)
+        summary = run.fit(wrapped=model, state=state, hooks=hooks, on_epoch=on_epoch)
     if rank == 0:
         return {"history": summary["history"], "param_checksums": summary["param_checksums"]}
     return None
@@ -371,16 +343,11 @@ def train_fn_per_worker(config: dict) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def estimate_total_steps(prepared: PreparedData, job: JobConfig) -> int:
-    """Optimizer steps of the whole run, for the cosine schedule (the same on every rank)."""
-    if prepared.num_documents("train") == 0:
-        raise ValueError(f"{prepared.root}: the train split holds no documents")
-    return _steps_per_epoch(job, prepared) * job.train.epochs
-
-
 def _steps_per_epoch(job: JobConfig, prepared: PreparedData) -> int:
+    """Optimizer steps per rank of one epoch (the progress bar's length)."""
     task = job.get_task()
-    return task.steps_per_epoch(prepared, job.train, job.run.num_workers, layout=task.batch_layout(job.train, job.model))
+    chunks = task.steps_per_epoch(prepared, job.train, job.run.num_workers, layout=task.batch_layout(job.train, job.model))
+    return optimizer_steps(chunks, job.train.accumulate_steps)
 
 
 def _has_run(run_dir: str) -> bool:
@@ -658,7 +625,7 @@ def run_training(job: JobConfig, prepared: PreparedData, *, parent_run_id: str |
     settings = WorkerSettings(
         job=job.to_dict(), prepared_root=root, run_dir=run_dir,
         mlflow_run_id=run_id, tracking_uri=uri, num_train_documents=prepared.num_documents("train"),
-        total_steps=estimate_total_steps(prepared, job) if job.train.lr_schedule == "cosine" else 1)
+        total_steps=total_steps(job, prepared))
     try:
         if tune_callback:  # a Tune trial: Tune reports progress
             result = build_trainer(job, prepared, name, settings, tune_callback=True).fit()

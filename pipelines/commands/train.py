@@ -105,31 +105,16 @@ def run_local(job) -> int:
 
     from dynlm import checkpoint, storage
     from dynlm.progress import format_epoch_line
+    from dynlm.runner import local_run
     from dynlm.tasks.local import prepare_local
-    from dynlm.training import fit, set_seed
-    from pipelines.train import SORT_BUFFER_BATCHES
 
     task = job.get_task()
     prepared = prepare_local(job.data, task=task)
-    spec, cfg = prepared.spec, job.train
-    buffer_rows = cfg.batch_size * SORT_BUFFER_BATCHES
-    set_seed(cfg.seed)
     device = torch.device("cuda" if job.run.use_gpu and torch.cuda.is_available() else "cpu")
-    model = task.build_model(job.model, spec).to(device)
-
-    layout = task.batch_layout(cfg, job.model)
-
-    def train_batches(epoch: int):
-        return task.stream_batches(prepared.iter_rows("train"), spec, cfg.batch_size,
-                                   seed=cfg.seed * 7919 + epoch * 31, buffer_rows=buffer_rows, layout=layout)
-
-    def valid_batches():
-        return task.stream_batches(prepared.iter_rows("valid"), spec, cfg.batch_size, seed=0, buffer_rows=buffer_rows,
-                                   layout=layout)
-
-    summary = fit(model, train_batches, valid_batches, cfg, task=task,
-                  on_epoch=lambda epoch, record: print("[train --local] " + format_epoch_line(record, cfg.epochs),
-                                                       flush=True))
+    run = local_run(job, prepared, device=device)  # the Ray workers' runner, rank 0 of 1
+    summary = run.fit(on_epoch=lambda epoch, record: print(
+        "[train --local] " + format_epoch_line(record, job.train.epochs), flush=True))
+    model, spec = run.model, run.spec
     name = job.run.name or f"local-{time.strftime('%Y%m%d-%H%M%S')}"
     path = storage.join(job.run.storage_uri(), name, "model.pt")  # run.storage_path may be a URI
     with tempfile.TemporaryDirectory() as tmp:

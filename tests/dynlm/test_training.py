@@ -264,3 +264,150 @@ def test_train_one_epoch_calls_its_hook_after_every_chunk(tiny_spec, random_rows
     assert [steps for steps, _, _ in seen] == list(range(1, totals["steps"] + 1))
     assert seen[-1][1] == totals["tokens"] and seen[-1][2] == pytest.approx(totals["nll_sum"])
     assert all(a[1] < b[1] for a, b in zip(seen, seen[1:]))  # tokens grow chunk by chunk
+
+
+# --- gradient accumulation: train.accumulate_steps chunks per optimizer step -------------------
+
+LINEAR_TASK_SOURCE = '''
+from dataclasses import dataclass
+
+import torch
+
+from dynlm.training import StepLoss
+
+
+@dataclass
+class PointBatch:
+    """``x`` [B, 3] inputs, ``y`` [B] targets."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    num_padded: int = 0
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.y)
+
+
+class LinearTask:
+    """What the loop calls of a task, for a least-squares model: one chunk per batch."""
+
+    def chunks(self, batch, cfg):
+        return (batch,)
+
+    def initial_state(self, model, batch):
+        return None
+
+    def loss(self, model, chunk, state):
+        error = (model(chunk.x).squeeze(-1) - chunk.y) ** 2  # [B]
+        return StepLoss(error.mean(), error.sum().detach(), torch.tensor(len(chunk.y)))
+
+    def detach_state(self, model, state):
+        return state
+
+    def lockstep_size(self, batch):
+        return 1
+
+    def pad_batch(self, batch, size, spec):
+        return batch
+
+
+def point_batches(seed: int, count: int, size: int = 4) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [PointBatch(torch.randn(size, 3, generator=g), torch.randn(size, generator=g)) for _ in range(count)]
+
+
+def linear_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 1)
+'''
+exec(compile(LINEAR_TASK_SOURCE, "linear_task", "exec"))
+
+
+def _sgd_epoch(batches, accumulate_steps):
+    from dynlm.optim import LRSchedule
+    from dynlm.training import train_one_epoch
+
+    model = linear_model()  # noqa: F821 (defined by LINEAR_TASK_SOURCE)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = TrainConfig(grad_clip=0.0, accumulate_steps=accumulate_steps)
+    totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), cfg, iter(batches),
+                             torch.device("cpu"), task=LinearTask())  # noqa: F821
+    return model, totals
+
+
+def _concat(*batches):
+    return PointBatch(torch.cat([b.x for b in batches]), torch.cat([b.y for b in batches]))  # noqa: F821
+
+
+def test_accumulated_steps_equal_steps_on_the_concatenated_batches():
+    """accumulate_steps=2 over 3 equal batches: one step on the mean gradient of batches 1-2,
+    then the epoch's short last group (batch 3) steps on its own mean: the same weights as
+    plain steps on [1+2] and [3]; the loss sums are the batches' own."""
+    b1, b2, b3 = point_batches(seed=1, count=3)  # noqa: F821
+    accumulated, totals = _sgd_epoch([b1, b2, b3], accumulate_steps=2)
+    reference, reference_totals = _sgd_epoch([_concat(b1, b2), b3], accumulate_steps=1)
+    assert totals["steps"] == 2 and totals["tokens"] == 12
+    for got, want in zip(accumulated.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    plain, _ = _sgd_epoch([b1, b2, b3], accumulate_steps=1)  # 3 steps: different weights (the test can fail)
+    assert not torch.allclose(plain.weight, accumulated.weight)
+
+
+def test_train_step_alone_steps_on_a_group_its_batch_leaves_unfinished():
+    from dynlm.training import optimizer_steps, train_step
+
+    model = linear_model()  # noqa: F821
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = train_step(LinearTask(), model, point_batches(seed=2, count=1)[0], optimizer,  # noqa: F821
+                     TrainConfig(grad_clip=0.0, accumulate_steps=4))
+    assert out["steps"] == 1  # one chunk of a 4-chunk group: stepped at the batch's end
+    assert optimizer_steps(9, 4) == 3 and optimizer_steps(8, 4) == 2 and optimizer_steps(1, 1) == 1
+    with pytest.raises(ConfigError, match="accumulate_steps"):
+        TrainConfig.from_dict({"accumulate_steps": 0})
+
+
+ACCUMULATION_DDP_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch, torch.distributed as dist
+    torch.set_num_threads(1)
+    sys.path.insert(0, sys.argv[2])
+    from test_training import LINEAR_TASK_SOURCE
+    exec(LINEAR_TASK_SOURCE)
+    from dynlm.optim import LRSchedule
+    from dynlm.training import TrainConfig, train_one_epoch
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = linear_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    synced = []  # DDP's gradient all-reduces (one bucket per synchronised backward: a tiny model)
+
+    def count_hook(state, bucket):
+        synced.append(1)
+        return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
+
+    import torch.distributed.algorithms.ddp_comm_hooks.default_hooks  # noqa: F401
+    ddp.register_comm_hook(None, count_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    cfg = TrainConfig(grad_clip=0.0, accumulate_steps=2)
+    totals = train_one_epoch(ddp, optimizer, LRSchedule(optimizer, "constant"), cfg,
+                             iter(point_batches(seed=10 + rank, count=3)), torch.device("cpu"), task=LinearTask())
+    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:
+        json.dump({"steps": totals["steps"], "synced_backwards": len(synced),
+                   "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}, out)
+    os._exit(0)  # see DDP_SCRIPT
+''')
+
+
+def test_accumulation_under_real_ddp_syncs_once_per_step(tmp_path, gloo_ranks):
+    """2 gloo ranks, 3 batches each, accumulate_steps=2: DDP all-reduces on the second batch's
+    backward only (no_sync on the first), the short last group is all-reduced by the loop; the
+    weights equal one process's steps on the union of the ranks' groups."""
+    r0, r1 = gloo_ranks(ACCUMULATION_DDP_SCRIPT, tmp_path, os.path.dirname(os.path.abspath(__file__)), timeout=120)
+    assert r0["steps"] == r1["steps"] == 2
+    assert r0["synced_backwards"] == r1["synced_backwards"] == 1
+    assert r0["params"] == r1["params"]  # replicas bit-identical
+    a, b = point_batches(seed=10, count=3), point_batches(seed=11, count=3)  # noqa: F821
+    reference, _ = _sgd_epoch([_concat(a[0], a[1], b[0], b[1]), _concat(a[2], b[2])], accumulate_steps=1)
+    for got, want in zip(r0["params"], reference.parameters()):
+        torch.testing.assert_close(torch.tensor(got), want.detach().reshape(-1), rtol=1e-6, atol=1e-7)

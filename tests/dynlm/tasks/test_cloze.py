@@ -4,7 +4,6 @@ encoding), metrics round trips, the learning test, serving."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,10 +15,10 @@ from dynlm.tasks import get_task
 from dynlm.tasks.cloze_data import ClozeDataConfig, collate_questions
 from dynlm.tasks.cloze_metrics import ClozeMetrics
 from dynlm.tasks.local import files_table, prepare_in_memory, prepare_local
-from dynlm.training import train_step
+from dynlm.training import TrainConfig, train_step
 
 TASK = get_task("cloze")
-TRAIN = SimpleNamespace(grad_clip=5.0)
+TRAIN = TrainConfig(grad_clip=5.0)
 
 
 def test_synthetic_corpus_is_deterministic_and_answerable():
