@@ -136,3 +136,39 @@ class MetricAccumulator:
             out[f"nll_sum_{name}"] = self.nll_sum[name]
             out[f"count_{name}"] = self.count[name]
         return out
+
+
+class NllSums:
+    """The metrics of a task whose one figure is the likelihood of its targets: a NLL sum (nats)
+    and a target count (the ``metrics`` class of :class:`dynlm.tasks.Task`; all-reduce
+    :meth:`as_tensor` with SUM). ``compute`` gives ``loss`` (mean NLL), ``ppl``, ``tokens`` and
+    the raw sums ``nll_sum_all`` / ``count_all``; a subclass may add figures in ``compute``."""
+
+    def __init__(self, nll_sum: float = 0.0, count: int = 0):
+        self.nll_sum, self.count = nll_sum, count
+
+    @classmethod
+    def from_nll(cls, nll_sum: float, count: int) -> "NllSums":
+        return cls(nll_sum, count)
+
+    def merge(self, other: "NllSums") -> "NllSums":
+        self.nll_sum, self.count = self.nll_sum + other.nll_sum, self.count + other.count
+        return self
+
+    def as_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[2]`` float64: the NLL sum and the count."""
+        return torch.tensor([self.nll_sum, float(self.count)], dtype=torch.float64, device=device)
+
+    @classmethod
+    def from_tensor(cls, values: torch.Tensor) -> "NllSums":
+        nll_sum, count = values.detach().cpu().tolist()
+        return cls(nll_sum, int(round(count)))
+
+    @classmethod
+    def from_metrics(cls, metrics: dict) -> "NllSums":
+        """The sums whose :meth:`compute` gave ``metrics``."""
+        return cls(float(metrics["nll_sum_all"]), int(metrics["count_all"]))
+
+    def compute(self) -> dict[str, float]:
+        return {"loss": self.nll_sum / self.count if self.count else math.nan, "ppl": perplexity(self.nll_sum, self.count),
+                "tokens": self.count, "nll_sum_all": self.nll_sum, "count_all": self.count}

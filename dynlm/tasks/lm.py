@@ -15,6 +15,7 @@ lockstep            sentence steps: :func:`dynlm.distributed.pad_to_steps` / ``d
 build_model         :func:`dynlm.models.build_model`
 chunks / loss       truncated-BPTT chunks (:func:`dynlm.tasks.lm_evaluation.bptt_chunks`), ``chunk_loss``
 evaluate            :func:`dynlm.tasks.lm_evaluation.evaluate_lm` (the paper metrics)
+dynamic evaluation  :func:`dynlm.tasks.lm_dynamic_eval.dynamic_evaluate_lm` (Krause et al., ``--dynamic-eval``)
 metrics             :class:`dynlm.metrics.MetricAccumulator`
 metric_table        :func:`dynlm.tasks.lm_table.format_metrics_table`
 metric_figures      :func:`dynlm.tasks.lm_figure.accumulation_figure` (``accumulation.png``)
@@ -42,6 +43,7 @@ from dynlm.metrics import MetricAccumulator
 from dynlm.models import build_model, needs_whole_sentences, supports_packed_documents
 from dynlm.models.config import ModelConfig
 from dynlm.tasks.base import ObjectiveDisplay, Task
+from dynlm.tasks.lm_dynamic_eval import DynamicEvalOptions, dynamic_evaluate_lm, dynamic_evaluation_text
 from dynlm.tasks.lm_evaluation import bptt_chunks, evaluate_lm, steps_per_chunk
 from dynlm.tasks.lm_summary import DROP_ROWS, LM_SUMMARY_ROWS, lm_counts, token_stats
 from dynlm.tasks.lm_table import format_metrics_table
@@ -61,7 +63,8 @@ class LMTask(Task):
     data_config = DataConfig
     model_config = ModelConfig
     metrics = MetricAccumulator
-    dynamic_evaluation = True  # dynlm.dynamic_eval (Krause et al.), the meta-learned LM's baseline
+    dynamic_evaluation = True  # dynamic_evaluate_documents (Krause et al.), the meta-learned LM's baseline
+    dynamic_evaluation_options = DynamicEvalOptions
     primary_metric = "ppl"
     spec_class = VocabSpec
     encoder = EncodeDocuments
@@ -188,6 +191,16 @@ class LMTask(Task):
 
     def evaluate(self, model, batches) -> dict:
         return evaluate_lm(model, batches)
+
+    def dynamic_evaluate_documents(self, model, model_cfg: ModelConfig, spec, rows: list[dict], *,
+                                   stats_rows: list[dict], valid_rows: list[dict], options: DynamicEvalOptions) -> dict:
+        """Dynamic evaluation of encoded ``rows``: gradient statistics from ``stats_rows``, eta and
+        lambda picked on ``valid_rows`` with ``options.eta == "auto"`` (:mod:`dynlm.tasks.lm_dynamic_eval`;
+        ``model_cfg`` is not needed: the model says how it reads)."""
+        return dynamic_evaluate_lm(model, spec, rows, stats_rows=stats_rows, valid_rows=valid_rows, options=options)
+
+    def dynamic_evaluation_text(self, result: dict, grid_source: str) -> str:
+        return dynamic_evaluation_text(result, grid_source)
 
     def objective_display(self) -> ObjectiveDisplay:
         """The search figure: perplexity, one colour per DNTM merge function, and the data axes

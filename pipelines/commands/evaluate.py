@@ -9,7 +9,9 @@ A prepared split larger than a few million tokens is scored as a Ray Data job (`
 auto``, :mod:`pipelines.scoring`): actors that load the model once each, GPU actors with
 ``--use-gpu``, on the cluster ``dynlm`` joins or a local Ray; the command's process adds up the
 metric sums only. A smaller split, and raw files, are read and scored in this process.
-``--dynamic-eval`` adapts the weights document after document: it reads the documents here.
+``--dynamic-eval`` is the task's dynamic evaluation (``task.dynamic_evaluate_documents``, the
+LM's: Krause et al., 2018), which adapts the weights document after document; the documents it
+reads (scored, training, validation) are loaded here, in this process.
 """
 
 from __future__ import annotations
@@ -176,68 +178,26 @@ def _eta(text: str) -> float | str:
     return value
 
 
-def format_grid(grid: list[dict], best) -> str:
-    """The eta x lambda grid of ``--eta auto`` (validation perplexity), the pick marked with ``*``."""
-    lines = [f"dynamic evaluation: eta/lambda picked on validation ({len(grid)} settings)",
-             f"  {'eta':>10}{'lambda':>10}{'valid ppl':>14}"]
-    for point in grid:
-        mark = " *" if (point["eta"], point["lambda"]) == (best.lr, best.decay) else ""
-        lines.append(f"  {point['eta']:>10g}{point['lambda']:>10g}{point['ppl']:>14.2f}{mark}")
-    return "\n".join(lines)
+#: the flags that set dynamic evaluation: the keys of the task's ``dynamic_evaluation_options``
+DYNAMIC_EVAL_FLAGS = ("eta", "lam", "eps", "segment_len", "stats_segments", "batch_size")
 
 
-def run_dynamic_eval(args: argparse.Namespace, torch_model, spec, preprocessor, rows: list[dict]) -> dict:
-    """Dynamic evaluation of ``rows`` (``--eta auto``: eta/lambda picked first on the valid split).
-
-    Returns:
-        ``{"config": DynamicEvalConfig, "metrics": {...}, "grid": [...] | None, "grid_source": str}``
-        (the grid and its source only with ``--eta auto``); :func:`dynamic_eval_text` prints it.
-    """
-    from dynlm.data.batching import batch_documents
-    from dynlm.dynamic_eval import (
-        DEFAULT_ETAS,
-        DEFAULT_LAMBDAS,
-        DynamicEvalConfig,
-        choose_dynamic_eval,
-        collect_grad_stats,
-        dynamic_evaluate,
-    )
-
+def dynamic_eval_rows(args: argparse.Namespace, spec, preprocessor) -> tuple[list[dict], list[dict], str]:
+    """The documents ``--dynamic-eval`` reads besides the scored ones: ``(train rows of the
+    --stats-data folder (the gradient statistics), the first --tune-documents valid rows of the
+    --tune-data folder (eta/lambda picked on them; none with a numeric --eta), which ones those are)``."""
     stats_root = args.stats_data or args.data[0]
-    stats_data = open_prepared(stats_root, spec, preprocessor)
-    train_rows = list(stats_data.iter_rows("train"))
-    if not train_rows:
+    stats_rows = list(open_prepared(stats_root, spec, preprocessor).iter_rows("train"))
+    if not stats_rows:
         raise ConfigError(f"evaluate --dynamic-eval: {stats_root} has no train documents")
-    stats = collect_grad_stats(torch_model, batch_documents(train_rows, spec, args.batch_size, seed=0),
-                               segment_len=args.segment_len, max_segments=args.stats_segments)
-    grid, grid_source = None, ""
-    if args.eta == "auto":
-        tune_root = args.tune_data or stats_root
-        valid_rows = list(open_prepared(tune_root, spec, preprocessor).iter_rows("valid"))[: args.tune_documents]
-        if not valid_rows:
-            raise ConfigError(f"evaluate --eta auto: {tune_root} has no valid documents (give "
-                             "--tune-data PREPARED or a number for --eta)")
-        lambdas = DEFAULT_LAMBDAS if args.lam is None else (args.lam,)
-        valid = list(batch_documents(valid_rows, spec, args.batch_size, seed=None))  # read once per setting
-        cfg, grid = choose_dynamic_eval(torch_model, valid, stats, etas=DEFAULT_ETAS, lambdas=lambdas, eps=args.eps,
-                                        segment_len=args.segment_len)
-        grid_source = f"{len(valid_rows)} valid documents of {tune_root}"
-    else:
-        lam = DynamicEvalConfig().decay if args.lam is None else args.lam
-        cfg = DynamicEvalConfig(lr=args.eta, decay=lam, eps=args.eps, segment_len=args.segment_len)
-    metrics = dynamic_evaluate(torch_model, batch_documents(rows, spec, args.batch_size, seed=None), cfg, stats)
-    return {"config": cfg, "metrics": metrics, "grid": grid, "grid_source": grid_source}
-
-
-def dynamic_eval_text(task, result: dict, eta_auto: bool) -> str:
-    """What ``evaluate --dynamic-eval`` prints: the eta x lambda grid (``--eta auto``), then the table."""
-    cfg, text = result["config"], []
-    if result["grid"] is not None:
-        text += [format_grid(result["grid"], cfg) + f"\n  ({result['grid_source']})", ""]
-    text.append(task.metric_table(
-        result["metrics"], f"dynamic evaluation (eta={cfg.lr:g}{' auto' if eta_auto else ''}, "
-                           f"lambda={cfg.decay:g}, eps={cfg.eps:g}, segment={cfg.segment_len})"))
-    return "\n".join(text)
+    if args.eta != "auto":
+        return stats_rows, [], ""
+    tune_root = args.tune_data or stats_root
+    valid_rows = list(open_prepared(tune_root, spec, preprocessor).iter_rows("valid"))[: args.tune_documents]
+    if not valid_rows:
+        raise ConfigError(f"evaluate --eta auto: {tune_root} has no valid documents (give "
+                          "--tune-data PREPARED or a number for --eta)")
+    return stats_rows, valid_rows, f"{len(valid_rows)} valid documents of {tune_root}"
 
 
 def score_on_ray(args: argparse.Namespace, task, torch_model, model_cfg, spec, prepared, split: str):
@@ -266,9 +226,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("evaluate --dynamic-eval: give --stats-data PREPARED (its train "
                          "split gives the gradient statistics)")
     task, torch_model, model_cfg, spec, preprocessor = load_any_model(args.model, args.tracking_uri)
-    if args.dynamic_eval and not task.dynamic_evaluation:
-        raise ConfigError(f"evaluate --dynamic-eval: the {task.name!r} task's models have no dynamic evaluation "
-                          "(the LM task's have)")
+    if args.dynamic_eval:
+        if not task.dynamic_evaluation:
+            raise ConfigError(f"evaluate --dynamic-eval: the {task.name!r} task's models have no dynamic evaluation "
+                              "(the LM task's have)")
+        options = task.dynamic_evaluation_options.from_dict({key: getattr(args, key) for key in DYNAMIC_EVAL_FLAGS})
     prepared, metrics, scored_on = None, None, "this process"
     if is_prepared_folder(args.data):
         from pipelines.scoring import scores_on_ray
@@ -300,15 +262,13 @@ def run(args: argparse.Namespace) -> int:
     table = task.metric_table(metrics, f"{args.model} ({task.model_name(model_cfg)}) on {source}")
     if not args.json:
         print(table, flush=True)
-    dynamic = run_dynamic_eval(args, torch_model, spec, preprocessor, rows) if args.dynamic_eval else None
     out = {"model": args.model, "task": task.name, "model_name": task.model_name(model_cfg), "data": source,
            "documents": num_documents, "scored_on": scored_on, "metrics": metrics}
-    if dynamic is not None:
-        cfg = dynamic["config"]
-        out["dynamic_evaluation"] = {"eta": cfg.lr, "lambda": cfg.decay, "eps": cfg.eps,
-                                     "segment_len": cfg.segment_len, "eta_picked_on_valid": args.eta == "auto",
-                                     "grid": dynamic["grid"], "metrics": dynamic["metrics"]}
-        dynamic_text = dynamic_eval_text(task, dynamic, args.eta == "auto")
+    if args.dynamic_eval:
+        stats_rows, valid_rows, grid_source = dynamic_eval_rows(args, spec, preprocessor)
+        out["dynamic_evaluation"] = task.dynamic_evaluate_documents(
+            torch_model, model_cfg, spec, rows, stats_rows=stats_rows, valid_rows=valid_rows, options=options)
+        dynamic_text = task.dynamic_evaluation_text(out["dynamic_evaluation"], grid_source)
         table += "\n\n" + dynamic_text
         if not args.json:
             print()

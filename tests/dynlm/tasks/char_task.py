@@ -1,4 +1,5 @@
-"""A tiny character-level LM task: the proof that a new task is one module behind ``Task``.
+"""A tiny character-level LM task: the proof that a new task is one module behind ``Task``
+(docs/ARCHITECTURE.md, "Tasks", walks through it role by role).
 
 It shares nothing with the LM task but the readers (it reads the synthetic CoNLL corpus) and
 the split function: its own record schemas, preprocessor (a character vocabulary), batches
@@ -7,12 +8,10 @@ the split function: its own record schemas, preprocessor (a character vocabulary
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from torch import nn
 
@@ -20,20 +19,13 @@ from dynlm.config import Config
 from dynlm.data.config import CorpusConfig
 from dynlm.data.readers import parse_file
 from dynlm.data.schema import Quarantined
+from dynlm.data.sequences import PAD, NextUnitBatch, UnitSpec, UnitVocabulary
 from dynlm.data.split import assign_split
 from dynlm.losses import token_nll
-from dynlm.metrics import perplexity
+from dynlm.metrics import NllSums
 from dynlm.tasks.base import Task
+from dynlm.tasks.data_role import document_record, parsed_schema, quarantine_record
 from dynlm.training import StepLoss
-
-PAD, UNK, EOS = 0, 1, 2  # character ids; real characters from 3 on, most frequent first
-
-PARSED = pa.schema([pa.field("kind", pa.string()), pa.field("doc_id", pa.string()),
-                    pa.field("source_file", pa.string()), pa.field("input_file", pa.string()),
-                    pa.field("split", pa.string()),
-                    pa.field("text", pa.string()), pa.field("line", pa.int64()), pa.field("reason", pa.string())])
-ENCODED = pa.schema([pa.field("doc_id", pa.string()), pa.field("source_file", pa.string()),
-                     pa.field("char_ids", pa.list_(pa.int32()))])
 
 
 @dataclass
@@ -50,193 +42,71 @@ class CharModelConfig(Config):
     hidden_dim: int = 32
 
 
-@dataclass
-class CharSpec(Config):
-    num_chars: int  # output size, specials included
-
-
+# ---- data role: CoNLL files -> one record per document (its words joined by spaces, sentences by newlines)
 def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
-    """CoNLL files -> one row per document: its words joined by spaces, sentences by newlines."""
-    cfg = CharDataConfig.from_dict(cfg_dict)
-    rows = []
+    cfg, rows = CharDataConfig.from_dict(cfg_dict), []
     for data, path in zip(batch["bytes"].to_pylist(), batch["path"].to_pylist()):
         for item in parse_file(data, path, "conll"):
             if isinstance(item, Quarantined):
-                rows.append(dict(kind="quarantine", doc_id=item.doc_id, source_file=path, input_file=path, split="", text="",
-                                 line=item.line, reason=item.reason))
+                rows.append(quarantine_record(item.doc_id, path, item.line, item.reason, text=""))
                 continue
             split = assign_split(item["doc_id"], seed=cfg.split_seed, valid_fraction=cfg.valid_fraction,
                                  test_fraction=cfg.test_fraction)
             text = "\n".join(" ".join(sentence) for sentence in item["sentences"])
-            rows.append(dict(kind="document", doc_id=item["doc_id"], source_file=path, input_file=path, split=split, text=text,
-                             line=0, reason=""))
-    return pa.Table.from_pylist(rows, schema=PARSED)
-
-
-def count_train(batch: pa.Table) -> pa.Table:
-    """Character counts of the batch's train documents (``word`` = one character)."""
-    train = batch.filter(pc.and_(pc.equal(batch["kind"], "document"), pc.equal(batch["split"], "train")))
-    characters = pa.array([c for text in train["text"].to_pylist() for c in text], pa.string())
-    counts = pc.value_counts(characters)
-    return pa.table({"word": counts.field("values"), "count": pc.cast(counts.field("counts"), pa.int64())})
-
-
-class CharVocab:
-    """The preprocessor: character -> id; ``spec`` gives the model its output size."""
-
-    def __init__(self, chars: list[str]):
-        self.chars = chars
-        self.ids = {c: 3 + i for i, c in enumerate(chars)}
-        self.spec = CharSpec(num_chars=3 + len(chars))
-
-    @classmethod
-    def fit(cls, counts: dict[str, int], cfg: CharDataConfig) -> "CharVocab":
-        ordered = sorted(counts, key=lambda c: (-counts[c], c))  # by count, ties by character
-        return cls(ordered[: cfg.max_chars])
-
-    def to_json(self) -> str:
-        return json.dumps({"chars": self.chars})
-
-    @classmethod
-    def from_json(cls, text: str) -> "CharVocab":
-        return cls(json.loads(text)["chars"])
-
-    def encode(self, text: str) -> list[int]:
-        return [self.ids.get(c, UNK) for c in text] + [EOS]
-
-
-class EncodeChars:
-    """Encode stage: parsed rows -> ENCODED rows plus ``split``."""
-
-    def __init__(self, preprocessor_json: str):
-        self.vocab = CharVocab.from_json(preprocessor_json)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        docs = batch.filter(pc.equal(batch["kind"], "document"))
-        ids = [self.vocab.encode(text) for text in docs["text"].to_pylist()]
-        table = pa.table({"doc_id": docs["doc_id"], "source_file": docs["source_file"],
-                          "char_ids": pa.array(ids, pa.list_(pa.int32()))}, schema=ENCODED)
-        return table.append_column("split", docs["split"])
-
-
-@dataclass
-class CharBatch:
-    """``inputs``/``targets`` ``[B, T]`` long (targets = inputs shifted by one), ``mask`` ``[B, T]`` bool."""
-
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    mask: torch.Tensor
-
-    def to(self, device) -> "CharBatch":
-        return CharBatch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
-
-    @property
-    def num_documents(self) -> int:
-        return self.inputs.shape[0]
-
-    num_padded = 0
+            rows.append(document_record(item["doc_id"], path, split, text=text))
+    return pa.Table.from_pylist(rows, schema=CharTask.parsed_schema)
 
 
 class CharLM(nn.Module):
-    def __init__(self, cfg: CharModelConfig, spec: CharSpec):
+    def __init__(self, cfg: CharModelConfig, spec: UnitSpec):
         super().__init__()
-        self.embed = nn.Embedding(spec.num_chars, cfg.embed_dim, padding_idx=PAD)
+        self.embed = nn.Embedding(spec.num_units, cfg.embed_dim, padding_idx=PAD)
         self.rnn = nn.GRU(cfg.embed_dim, cfg.hidden_dim, batch_first=True)
-        self.out = nn.Linear(cfg.hidden_dim, spec.num_chars)
+        self.out = nn.Linear(cfg.hidden_dim, spec.num_units)
 
-    def forward(self, batch: CharBatch) -> torch.Tensor:
+    def forward(self, batch: NextUnitBatch) -> torch.Tensor:
         hidden, _ = self.rnn(self.embed(batch.inputs))  # [B, T, H]
-        return self.out(hidden)  # [B, T, num_chars]
+        return self.out(hidden)  # [B, T, num_units]
 
 
-class CharMetrics:
-    """NLL sum and character count (all-reduce :meth:`as_tensor` with SUM)."""
-
-    def __init__(self, nll_sum: float = 0.0, count: int = 0):
-        self.nll_sum, self.count = nll_sum, count
-
-    def update(self, logits: torch.Tensor, batch: CharBatch) -> None:
-        self.nll_sum += float(token_nll(logits, batch.targets, batch.mask).double().sum())
-        self.count += int(batch.mask.sum())
-
-    def merge(self, other: "CharMetrics") -> "CharMetrics":
-        self.nll_sum, self.count = self.nll_sum + other.nll_sum, self.count + other.count
-        return self
-
-    def as_tensor(self, device="cpu") -> torch.Tensor:
-        return torch.tensor([self.nll_sum, float(self.count)], dtype=torch.float64, device=device)
-
-    @classmethod
-    def from_tensor(cls, values: torch.Tensor) -> "CharMetrics":
-        nll_sum, count = values.tolist()
-        return cls(nll_sum, int(round(count)))
-
-    @classmethod
-    def from_metrics(cls, metrics: dict) -> "CharMetrics":
-        return cls(metrics["nll_sum_all"], int(metrics["count_all"]))
-
+class CharMetrics(NllSums):
     def compute(self) -> dict:
-        loss = self.nll_sum / self.count if self.count else math.nan
-        return {"loss": loss, "ppl": perplexity(self.nll_sum, self.count), "bits_per_char": loss / math.log(2),
-                "tokens": self.count, "nll_sum_all": self.nll_sum, "count_all": self.count}
+        return {**super().compute(), "bits_per_char": self.nll_sum / max(self.count, 1) / math.log(2)}
 
 
 class CharTask(Task):
     name = "char"
-    parsed_schema = PARSED
+    parsed_schema = parsed_schema(pa.field("text", pa.string()))
     payload_columns = ("text",)
-    encoded_schema = ENCODED
-    data_config = CharDataConfig
-    model_config = CharModelConfig
+    encoded_schema = pa.schema([pa.field("doc_id", pa.string()), pa.field("source_file", pa.string()),
+                                pa.field("char_ids", pa.list_(pa.int32()))])
+    data_config, model_config, spec_class, preprocessor_class = CharDataConfig, CharModelConfig, UnitSpec, UnitVocabulary
     metrics = CharMetrics
-    primary_metric = "ppl"
-    spec_class = CharSpec
-    encoder = EncodeChars
     parse_files = staticmethod(parse_files)
-    count_train = staticmethod(count_train)
 
     def fit_preprocessor(self, counts, data_cfg):
-        return CharVocab.fit(counts, data_cfg)
+        return UnitVocabulary.fit(counts, data_cfg.max_chars)
 
-    def load_preprocessor(self, text):
-        return CharVocab.from_json(text)
+    def train_units(self, record):
+        return record["text"]  # its characters
+
+    def encode_document(self, vocab, record):
+        return {"doc_id": record["doc_id"], "source_file": record["source_file"], "char_ids": vocab.encode(record["text"])}
+
+    def row_length(self, row):
+        return len(row["char_ids"])
 
     def collate(self, rows, spec):
-        width = max(len(r["char_ids"]) for r in rows)  # inputs: <eos> then the text; targets: text then <eos>
-        inputs = torch.full((len(rows), width), PAD, dtype=torch.long)
-        targets = torch.full((len(rows), width), PAD, dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids = torch.tensor(row["char_ids"], dtype=torch.long)
-            inputs[b, 0], inputs[b, 1 : len(ids)] = EOS, ids[:-1]
-            targets[b, : len(ids)] = ids
-        return CharBatch(inputs, targets, targets != PAD)
-
-    def batches(self, rows, spec, batch_size, *, sort_by_length=True, seed=0):
-        rows = sorted(rows, key=lambda r: len(r["char_ids"])) if sort_by_length else list(rows)
-        for start in range(0, len(rows), batch_size):
-            yield self.collate(rows[start : start + batch_size], spec)
-
-    def pad_batch(self, batch, size, spec):  # one step per batch; a rank without data: all masked
-        if batch is not None:
-            return batch
-        blank = torch.full((1, 1), PAD, dtype=torch.long)
-        return CharBatch(blank, blank, blank != PAD)
+        return NextUnitBatch.collate([row["char_ids"] for row in rows])
 
     def build_model(self, model_cfg, spec):
         return CharLM(model_cfg, spec)
 
     def loss(self, model, chunk, state):
+        chunk = chunk.to(next(model.parameters()).device)
         nll = token_nll(model(chunk), chunk.targets, chunk.mask)  # [B, T]
         count = chunk.mask.sum()
         return StepLoss(nll.sum() / count.clamp(min=1), nll.sum().detach(), count)
-
-    def evaluate(self, model, batches):
-        model.eval()
-        metrics = CharMetrics()
-        with torch.no_grad():
-            for batch in batches:
-                metrics.update(model(batch), batch)
-        return metrics.compute()
 
     def metric_table(self, metrics, title):
         return (f"{title}\n  {'characters':<16}{int(metrics['count_all']):>10}\n"

@@ -6,15 +6,10 @@ from collections import Counter
 
 import pytest
 import torch
-from char_task import (  # this folder (pytest rootdir import)
-    EOS,
-    CharDataConfig,
-    CharMetrics,
-    CharModelConfig,
-    CharTask,
-)
+from char_task import CharDataConfig, CharMetrics, CharModelConfig, CharTask  # this folder (pytest rootdir import)
 
 from dynlm.data.readers import parse_file
+from dynlm.data.sequences import EOS
 from dynlm.data.split import assign_split
 from dynlm.data.synth import SynthConfig, write_conll
 from dynlm.tasks import TASKS, Task, get_task
@@ -45,11 +40,11 @@ def test_char_task_stages_give_the_expected_records(synth_files, monkeypatch):
 
     train_chars = Counter(c for doc_id, text in texts.items() if split_of[doc_id] == "train" for c in text)
     vocab = prepared.preprocessor
-    assert vocab.chars == sorted(train_chars, key=lambda c: (-train_chars[c], c))[:30]
-    assert vocab.spec.num_chars == 33
+    assert vocab.units == sorted(train_chars, key=lambda c: (-train_chars[c], c))[:30]
+    assert vocab.spec.num_units == 33
     for row in prepared.splits["valid"]:
         assert row["char_ids"] == vocab.encode(texts[row["doc_id"]]) and row["char_ids"][-1] == EOS
-    assert task.load_preprocessor(vocab.to_json()).chars == vocab.chars
+    assert task.load_preprocessor(vocab.to_json()).units == vocab.units
 
 
 def test_char_task_trains_and_its_metrics_reduce_across_ranks(synth_files):
@@ -88,11 +83,12 @@ def test_char_task_trains_and_its_metrics_reduce_across_ranks(synth_files):
 
 
 def test_a_task_missing_a_member_cannot_be_built():
-    class NoEvaluate(CharTask):
-        evaluate = Task.evaluate  # the abstract declaration again
+    class NoLoss(CharTask):
+        loss = Task.loss  # the abstract declaration again
 
-    with pytest.raises(TypeError, match="evaluate"):
-        NoEvaluate()
+    with pytest.raises(TypeError, match="loss"):
+        NoLoss()
+    assert sorted(Task.__abstractmethods__) == ["build_model", "collate", "loss", "metric_table", "parse_files"]
     with pytest.raises(ValueError, match=rf"unknown task 'chars' \(known: {', '.join(sorted(TASKS))}, or package.module:Class\)"):
         get_task("chars")
     assert isinstance(CharMetrics().as_tensor(), torch.Tensor)
