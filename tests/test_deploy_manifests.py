@@ -87,3 +87,17 @@ def test_same_image_and_entrypoint_everywhere():
     assert image in docs and BASE_IMAGE in docs
     assert " ".join(_dynlm_command(job["spec"]["entrypoint"])) in " ".join(docs.split())
     assert "dynlm retrain --config /home/ray/dynlm/deploy/retrain.yaml" in docs
+
+
+def test_retrain_config_is_a_valid_retrain_of_an_lm_champion():
+    """deploy/retrain.yaml (what the CronJob runs) parses, names its registered model, and its
+    ``data`` fits the LM task's data config (a DNTM champion trained by the embedded default job)."""
+    from pipelines.defaults import default_job
+    from pipelines.retrain import RetrainConfig, challenger_data_config
+
+    cfg = RetrainConfig.from_yaml(DEPLOY / "retrain.yaml")
+    champion = default_job()
+    assert cfg.model_type == champion.model_type == "dntm"
+    data = challenger_data_config(cfg.data, champion)
+    assert (data.inputs, data.format, data.splits) == (["/mnt/shared/incoming"], "auto", {})
+    assert data.vocab_size == champion.data.vocab_size  # the champion's other data settings

@@ -9,9 +9,16 @@ import json
 import sys
 
 EPILOG = """\
+the config (deploy/retrain.yaml is an LM example): model_type (required) names the registered
+model dynlm-<model_type> (dntm, rnn, dynamical, saw, naming ...); data holds the new data, as
+changes to the champion's own data: section: data.inputs (required) and any key of that task's
+data config (an unknown key is an error naming the task); validation is the fixed set both
+models are scored on, by the task's primary metric (perplexity, error, f1_error).
+
 examples:
   dynlm retrain --config deploy/retrain.yaml
   dynlm retrain --config deploy/retrain.yaml --set data.output_root=/mnt/shared/prepared --set margin=0.02
+  dynlm retrain --config deploy/retrain.yaml --set model_type=saw --set 'data={inputs: [questions/]}' --set validation=held_out/
   ray job submit --address http://HEAD:8265 --working-dir . -- dynlm retrain --config deploy/retrain.yaml
 
 exit codes: 0 promoted, rejected or already done (nothing trained); 2 bad config;
@@ -23,12 +30,13 @@ exit codes: 0 promoted, rejected or already done (nothing trained); 2 bad config
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "retrain", help="retrain on new documents; promote the challenger only if it beats the champion",
-        description="Prepare new documents with the champion's vocabulary, train a challenger "
-                    "(warm-started from the champion), score both on a fixed validation set and move "
-                    "the `champion` alias only if the challenger wins by the relative margin. Running "
-                    "it again on the same inputs trains nothing.",
+        description="Prepare new data through the champion's task (its readers and data settings) with "
+                    "the champion's preprocessor, train a challenger (warm-started from the champion), "
+                    "score both on a fixed validation set by the task's primary metric and move the "
+                    "`champion` alias only if the challenger wins by the relative margin. Any task's "
+                    "champion (lm, cloze, naming). Running it again on the same inputs trains nothing.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="retrain YAML (see deploy/retrain.yaml)")
+    parser.add_argument("--config", required=True, help="retrain YAML (see deploy/retrain.yaml): model_type, data.inputs and validation are required")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a retrain setting, e.g. --set margin=0.02 (repeatable)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else ./mlflow.db)")

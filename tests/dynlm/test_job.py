@@ -168,7 +168,7 @@ def test_storage_env_sets_run_storage_path_of_every_verb(tmp_path, monkeypatch):
     assert space.base.run.storage_path == "s3://bucket/dynlm"
     assert _default_storage_uri() == "s3://bucket/dynlm"
     # retrain: the challenger's job (the champion's job had its own storage path)
-    cfg = RetrainConfig.from_dict({"data": {"inputs": ["new"]}, "validation": "valid"})
+    cfg = RetrainConfig.from_dict({"data": {"inputs": ["new"]}, "validation": "valid", "model_type": "dntm"})
     champion = default_job([f"run.storage_path={tmp_path / 'old'}"])
     assert challenger_job(cfg, champion, "r1", "sqlite:///x.db").run.storage_path == "s3://bucket/dynlm"
     cfg = cfg.replace(job_overrides=["run.storage_path=gs://other/x"])

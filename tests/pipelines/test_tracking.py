@@ -360,7 +360,8 @@ def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "doc.txt").write_text("The cat sat .\n", encoding="utf-8")
     (tmp_path / "retrain.yaml").write_text(json.dumps(
-        {"data": {"inputs": [str(tmp_path / "corpus")]}, "validation": str(tmp_path / "corpus")}), encoding="utf-8")
+        {"data": {"inputs": [str(tmp_path / "corpus")]}, "validation": str(tmp_path / "corpus"), "model_type": "dntm"}),
+        encoding="utf-8")
     verbs = {
         "train": ["train", "--tracking-uri", uri],
         "run": ["run", "--tracking-uri", uri],

@@ -126,7 +126,7 @@ def test_tune_then_retrain_through_a_server(ray_session, mlflow_server, tmp_path
     (tmp_path / "retrain.yaml").write_text(yaml.safe_dump({
         "data": {"inputs": [str(tmp_path / "new")], "output_root": str(tmp_path / "retrain-prepared"),
                  "num_encode_actors": 1},
-        "validation": str(tmp_path / "validation"), "tracking_uri": uri,
+        "validation": str(tmp_path / "validation"), "model_type": "dntm", "tracking_uri": uri,
         "job_overrides": ["train.epochs=1", f"run.storage_path={tmp_path / 'retrain-ray'}"]}))
     capsys.readouterr()
     assert main(["retrain", "--config", "retrain.yaml", "--json"]) == 0
