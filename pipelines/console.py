@@ -214,7 +214,9 @@ class EpochProgress:
         self._send(("step", self.epoch, int(totals["steps"]), loss, rate))
 
     def end_epoch(self, record: dict) -> None:
-        self._send(("epoch", {k: v for k, v in record.items() if isinstance(v, (int, float))}), wait=True)
+        """The epoch's line: its numbers, and the name of its objective (what the line shows)."""
+        sent = {k: v for k, v in record.items() if isinstance(v, (int, float)) or k == "objective_metric"}
+        self._send(("epoch", sent), wait=True)
 
     def note(self, text: str) -> None:
         """A line for the terminal (without a relay: printed to this worker's log)."""

@@ -15,6 +15,9 @@ from pipelines import console
 
 RECORD = {"epoch": 2, "train_loss": 1.2, "train_ppl": 3.3, "valid_ppl": 2.9, "train_tokens_per_s": 1587.6,
           "train_seconds": 22.71, "valid_ppl_oov": float("inf")}
+NAMING_RECORD = {"epoch": 3, "train_loss": 2.1, "train_ppl": 8.2, "valid_ppl": 7.9, "valid_f1_at_1": 0.392,
+                 "valid_objective": 0.608, "objective_metric": "f1_error", "train_tokens_per_s": 1530.0,
+                 "train_seconds": 4.1}
 
 
 def test_training_console_prints_what_rank0_sends(ray_session):
@@ -24,14 +27,16 @@ def test_training_console_prints_what_rank0_sends(ray_session):
         progress.start_epoch(record["epoch"])
         progress.note("[train] note: something the user should know")
         progress.step({"steps": 3, "tokens": 100, "nll_sum": 250.0})
-        progress.end_epoch({**record, "worker_node_ids": "a,b"})  # strings are not sent
+        progress.end_epoch({**record, "worker_node_ids": "a,b"})  # strings are not sent but the objective's name
 
     stream = io.StringIO()  # not a terminal: no bar, only the lines
     with console.TrainingConsole(epochs=4, steps_per_epoch=10, stream=stream) as training_console:
         task = ray_session.remote(num_cpus=0)(rank0_reports)
-        ray_session.get(task.remote(training_console.relay_name, RECORD))
-    assert stream.getvalue().splitlines() == ["[train] note: something the user should know",
-                                              format_epoch_line(RECORD, 4)]
+        for record in (RECORD, NAMING_RECORD):
+            ray_session.get(task.remote(training_console.relay_name, record))
+    note = "[train] note: something the user should know"
+    assert stream.getvalue().splitlines() == [note, format_epoch_line(RECORD, 4), note, format_epoch_line(NAMING_RECORD, 4)]
+    assert "F1@1 39.2 %" in format_epoch_line(NAMING_RECORD, 4) and "ppl" not in format_epoch_line(NAMING_RECORD, 4)
     with pytest.raises(ValueError, match="Failed to look up actor"):  # the relay is gone
         ray_session.get_actor(training_console.relay_name, namespace=console.RELAY_NAMESPACE)
 
