@@ -23,6 +23,9 @@ DATA_FORMAT_VERSION = 4
 # Fields that change where/how fast the data is written, not what is written. ``inputs`` is
 # replaced by the listing of what the inputs contain.
 _NOT_HASHED = ("inputs", "output_root", "num_encode_actors")
+# settings added after folders were prepared without them: they enter the hash only when set (not
+# 0), so a folder prepared before they existed keeps its key
+_HASHED_WHEN_SET = ("max_sentence_tokens", "max_document_sentences")
 
 
 @dataclass
@@ -119,7 +122,7 @@ class CorpusConfig(Config):
         return self.data_hash(length)
 
     def _hash(self, exclude: tuple[str, ...], length: int) -> str:
-        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        data = {k: v for k, v in self.to_dict().items() if k not in exclude and not (k in _HASHED_WHEN_SET and v == 0)}
         data["_inputs"] = self.input_listing()
         # the split paths by what they name, not how they are spelled (./x, x, /abs/x, a link)
         data["splits"] = {split: [storage.absolute(p) for p in paths] for split, paths in self.splits.items()}
@@ -148,6 +151,13 @@ class DataConfig(CorpusConfig):
         valid_fraction / test_fraction: hash-based split of unsplit inputs' documents (split.py).
         split_seed: seed of that hash.
         lines_per_document: plain text only; >0 cuts documents every that many non-empty lines.
+        max_sentence_tokens: >0 cuts every longer sentence into consecutive pieces of at most this
+            many tokens, each piece a sentence of its own (0: sentences as the corpus has them).
+        max_document_sentences: >0 keeps the first that many sentences of every document (counted
+            after ``max_sentence_tokens``), in every split (0: all). Both apply after
+            anonymization: a chain's mentions are found in the whole document, so the kept part
+            names its entities as the whole document does (the document's chain and mention
+            counts are still those of the whole document).
     """
 
     format: Literal["auto", "conll", "text"] = "auto"
@@ -161,6 +171,8 @@ class DataConfig(CorpusConfig):
     test_fraction: float = 0.1
     split_seed: int = 0
     lines_per_document: int = 0
+    max_sentence_tokens: int = 0
+    max_document_sentences: int = 0
 
     def encoding_hash(self, length: int = 16) -> str:
         """Hash of what changes the encoded shards: ``data_hash`` without ``gamma``.
@@ -191,8 +203,9 @@ class DataConfig(CorpusConfig):
                 f"valid_fraction + test_fraction must be < 1 (no train data left), "
                 f"got {self.valid_fraction} + {self.test_fraction}"
             )
-        if self.lines_per_document < 0:
-            raise ConfigError(f"lines_per_document: must be >= 0, got {self.lines_per_document}")
+        for name in ("lines_per_document", "max_sentence_tokens", "max_document_sentences"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0 (0: off), got {getattr(self, name)}")
 
 
 def _absolute_parts(path: str) -> list[str]:

@@ -78,5 +78,19 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
                 continue
             split = file_level_split or assign_split(doc["doc_id"], seed=cfg.split_seed,
                                                      valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction)
-            add("document", doc["doc_id"], doc["source_file"], split, doc["sentences"], stats)
+            sentences = shorten_document(doc["sentences"], max_sentence_tokens=cfg.max_sentence_tokens,
+                                         max_document_sentences=cfg.max_document_sentences)
+            add("document", doc["doc_id"], doc["source_file"], split, sentences, stats)
     return pa.Table.from_pydict(rows, schema=PARSED_SCHEMA)
+
+
+def shorten_document(sentences: list[list[str]], *, max_sentence_tokens: int,
+                     max_document_sentences: int) -> list[list[str]]:
+    """An anonymized document's sentences as ``data.max_sentence_tokens`` and
+    ``data.max_document_sentences`` keep them: every sentence longer than ``max_sentence_tokens``
+    cut into consecutive pieces of at most that many tokens, then the first
+    ``max_document_sentences`` sentences (0 turns either off)."""
+    if max_sentence_tokens > 0:
+        sentences = [sentence[start : start + max_sentence_tokens]
+                     for sentence in sentences for start in range(0, max(len(sentence), 1), max_sentence_tokens)]
+    return sentences[:max_document_sentences] if max_document_sentences > 0 else sentences

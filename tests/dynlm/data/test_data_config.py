@@ -23,6 +23,8 @@ def test_data_hash_ignores_location_and_parallelism(two_files):
     cfg = DataConfig(inputs=[a])
     assert cfg.data_hash() == cfg.replace(output_root="/elsewhere", num_encode_actors=8).data_hash()
     assert cfg.data_hash() != cfg.replace(bpe_merges=10).data_hash()
+    assert cfg.data_hash() != cfg.replace(max_sentence_tokens=60).data_hash()
+    assert cfg.data_hash() != cfg.replace(max_document_sentences=24).data_hash()
     assert cfg.data_hash() != cfg.replace(inputs=[b]).data_hash()
 
 
@@ -35,6 +37,9 @@ def test_data_hash_of_a_missing_input_names_it(tmp_path):
     ({"gamma": 1.5}, r"^gamma: must be in \[0, 1\], got 1.5$"),
     ({"valid_fraction": 0.6, "test_fraction": 0.5}, r"^valid_fraction \+ test_fraction must be < 1 .* 0.6 \+ 0.5$"),
     ({"bpe_merges": -1}, r"^bpe_merges: must be >= 0, got -1$"),
+    ({"max_sentence_tokens": -1}, r"^max_sentence_tokens: must be >= 0 \(0: off\), got -1$"),
+    ({"max_document_sentences": -3}, r"^max_document_sentences: must be >= 0 \(0: off\), got -3$"),
+    ({"max_document_sentences": "all"}, r"max_document_sentences"),
     ({"inputs": []}, r"^inputs: at least one input path is required$"),
     ({"too_many_chains": "keep"}, r"^too_many_chains: 'keep' is not one of \['drop', 'truncate'\]$"),
     ({"vocab_sise": 3}, r"^DataConfig: unknown key 'vocab_sise'; known keys: \[.*'vocab_size'\]$"),
