@@ -1,14 +1,15 @@
 """Evaluation speed of the meta-learned dynamical LM vs. the static LM, on the same batches.
 
-    python benchmarks/bench_dynamical_speed.py                      # ~4 min on one CPU thread
-    python benchmarks/bench_dynamical_speed.py --corpus wikitext2   # ragged real sentences
+    python -m benchmarks.bench_dynamical_speed                      # ~4 min on one CPU thread
+    python -m benchmarks.bench_dynamical_speed --corpus wikitext2   # ragged real sentences
 
 Documents: seeded random ones (``--corpus synthetic``: sentences of 30 words, Zipf-like ids) or
 WikiText-2 validation articles (``--corpus wikitext2``, from ``../shared/data/wikitext-2``, skipped
-when absent), vocabulary ``--vocab``, LSTM 1 x ``--hidden``, fast output layer, segment
+when absent; prepared by the library, :mod:`benchmarks.wikitext`), vocabulary ``--vocab``, LSTM 1 x ``--hidden``, fast output layer, segment
 ``--segment-len``, batches of ``--batch-size`` documents. Two layouts of the same documents:
 sentence lockstep, and chunks of ``--segment-len`` positions (``ChunkLayout``: each segment is one
-chunk), batched as evaluation batches them (``batch_documents``: similar lengths together). Rows (``dynlm.training.evaluate`` tokens/s):
+chunk), batched as evaluation batches them (``batch_documents``: similar lengths together). Rows
+(``dynlm.tasks.lm_evaluation.evaluate_lm`` tokens/s):
 
 1. static LSTM (no fast weights);
 2. dynamical LM with ``compile_update`` (the update and the softmax gradient fused);
@@ -30,13 +31,11 @@ import argparse
 import os
 import resource
 import statistics
-import sys
 import time
-from collections import Counter
-from pathlib import Path
 
 import torch
 
+from benchmarks.wikitext import prepare_articles, read_articles, rows_in_order
 from dynlm.data.batching import ChunkLayout, batch_documents
 from dynlm.dynamic_eval import DynamicEvalConfig, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
@@ -65,24 +64,12 @@ def synthetic_rows(spec: VocabSpec, num_docs: int, sentences: int, length: int, 
 
 
 def wikitext_rows(num_docs: int, vocab_size: int, max_lines: int) -> tuple[VocabSpec, list[dict]]:
-    """The first ``num_docs`` WikiText-2 validation articles (``max_lines`` paragraphs each), encoded
-    with a vocabulary of ``vocab_size`` fitted on them (speed does not depend on a held-out vocabulary)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from reproduce_dynamical import DATA, read_articles
-
-    from dynlm.data.config import DataConfig
-    from dynlm.data.preprocessor import Preprocessor
-    if not DATA.exists():
-        raise SystemExit(f"--corpus wikitext2 needs {DATA} (see its SOURCE.md)")
-    docs = read_articles("valid", num_docs)
-    for d in docs:
-        d["sentences"] = d["sentences"][:max_lines]
-    counts = Counter(w for d in docs for s in d["sentences"] for w in s)
-    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=vocab_size, gamma=1.0,
-                                                    bpe_merges=0, max_chains=1))
-    rows = [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
-            for d in docs]
-    return pre.spec, rows
+    """The first ``num_docs`` WikiText-2 validation articles (``max_lines`` paragraphs each), prepared
+    as the train split of their own folder, so the vocabulary of ``vocab_size`` words is fitted on
+    them (speed does not depend on a held-out vocabulary)."""
+    articles = read_articles("valid", num_docs)
+    prepared = prepare_articles({"train": articles}, vocab_size=vocab_size, max_lines=max_lines)
+    return prepared.spec, rows_in_order(prepared, "train", articles)
 
 
 def measure(fn, seconds: float) -> float:

@@ -24,11 +24,11 @@ Prints, in one run on one local Ray:
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_fixed_costs.py                   # synthetic, 24 documents
-    .venv/bin/python benchmarks/bench_fixed_costs.py --corpus litbank  # 24 LitBank documents
-    .venv/bin/python benchmarks/bench_fixed_costs.py --poll            # the poll interval only
-    .venv/bin/python benchmarks/bench_fixed_costs.py --local-env       # Ray's settings vs dynlm's
-    .venv/bin/python benchmarks/bench_fixed_costs.py --processes --against /tmp/base  # what each process costs
+    .venv/bin/python -m benchmarks.bench_fixed_costs                   # synthetic, 24 documents
+    .venv/bin/python -m benchmarks.bench_fixed_costs --corpus litbank  # 24 LitBank documents
+    .venv/bin/python -m benchmarks.bench_fixed_costs --poll            # the poll interval only
+    .venv/bin/python -m benchmarks.bench_fixed_costs --local-env       # Ray's settings vs dynlm's
+    .venv/bin/python -m benchmarks.bench_fixed_costs --processes --against /tmp/base  # what each process costs
 
 The LitBank documents are real (ragged sentences, long chains); read from ``../shared/data``.
 """

@@ -2,19 +2,23 @@
 
 All variants train on the same document batches (one optimizer step per truncated-BPTT chunk),
 so the ratios show the cost of the library's batching, packing, locked dropout and (for the
-DNTM) the entity memory. Run::
+DNTM) the entity memory. Every dynlm variant is built by the runner (:func:`dynlm.runner.build_rank_run`:
+its model, optimizer and batches, as ``dynlm train`` builds them) and stepped by
+:func:`dynlm.training.train_step`; the references keep their own loops. Run from the repository
+root::
 
-    python benchmarks/bench_models.py              # synthetic documents, CPU, 1 thread
-    python benchmarks/bench_models.py --device cuda --threads 0
-    python benchmarks/bench_models.py --corpus litbank      # real, ragged documents (../shared/data)
-    python benchmarks/bench_models.py --corpus wikitext2
+    python -m benchmarks.bench_models              # synthetic documents, CPU, 1 thread
+    python -m benchmarks.bench_models --device cuda --threads 0
+    python -m benchmarks.bench_models --corpus litbank      # real, ragged documents (../shared/data)
+    python -m benchmarks.bench_models --corpus wikitext2
 
 ``--corpus litbank|wikitext2`` (issue 11) trains on real documents, whose ragged sentences the
-synthetic ones hide, in three batch layouts (sentence lockstep, ``train.bptt_tokens=0``; chunks
-of ``--chunk-tokens`` positions, :class:`dynlm.data.batching.ChunkLayout`, one document a row;
+synthetic ones hide (prepared by the library: :mod:`benchmarks.litbank`, :mod:`benchmarks.wikitext`),
+in three batch layouts (sentence lockstep, ``train.bptt_tokens=0``; chunks of ``--chunk-tokens``
+positions, :class:`dynlm.data.batching.ChunkLayout`, one document a row, ``train.pack_documents=false``;
 the same with ``pack_documents``, several documents a row, ``--max-docs`` larger than
 ``--batch-size``), against the
-**plain-stream reference**: a pytorch/examples-style LSTM LM of the same size (embedding ->
+**plain-stream reference** (:mod:`benchmarks.plain_stream`): a pytorch/examples-style LSTM LM of the same size (embedding ->
 dropout -> LSTM -> dropout -> linear) over the same tokens concatenated into one stream,
 ``--stream-batch`` columns x ``--chunk-tokens`` tokens a step. Targets there: RNNLM (chunks)
 >= 0.9x the plain stream, DNTM both/gru (chunks) >= 0.5x the RNNLM (chunks), padding <= 0.1.
@@ -31,22 +35,27 @@ CPU a packed LSTM runs PyTorch's per-step kernel, not the fused oneDNN one). The
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import time
+from argparse import Namespace
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from dynlm.data.batching import DocumentBatch, batch_documents
-from dynlm.models import build_model
+from benchmarks.common import generated_rows_job, prepared_job, rows_run
+from benchmarks.litbank import DEFAULT_DATA as LITBANK_DATA
+from benchmarks.litbank import prepare_litbank
+from benchmarks.plain_stream import PlainStreamLM, plain_stream_train, token_stream
+from benchmarks.wikitext import DATA as WIKITEXT_DATA
+from benchmarks.wikitext import prepare_articles, read_articles, rows_in_order
+from dynlm.data.batching import DocumentBatch
+from dynlm.models import needs_whole_sentences
 from dynlm.models.config import DNTMSettings, ModelConfig
 from dynlm.models.dntm import PAPER_DNTM
-from dynlm.tasks.lm import LMTask
-from dynlm.training import TrainConfig, train_step
-
-LM_TASK = LMTask()
+from dynlm.runner import RankRun
+from dynlm.train_config import TrainConfig
+from dynlm.training import train_step
 from dynlm.vocab_spec import VocabSpec
 
 MERGE_FNS = ["max", "gru", "gru_relu", "latest", "attention"]
@@ -118,77 +127,32 @@ def bare_train(model: BareLM, batch: DocumentBatch, optimizer, bptt: int, device
     return batch.num_tokens
 
 
-class PlainStreamLM(nn.Module):
-    """The plain-stream reference (pytorch/examples word_language_model): no per-document state,
-    no masks, one fused LSTM call per step."""
-
-    def __init__(self, vocab: int, embed_dim: int, hidden_dim: int, num_layers: int, dropout: float):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, embed_dim)
-        self.drop = nn.Dropout(dropout)
-        self.rnn = nn.LSTM(embed_dim, hidden_dim, num_layers, dropout=dropout if num_layers > 1 else 0.0,
-                           batch_first=True)
-        self.decoder = nn.Linear(hidden_dim, vocab)
-
-    def forward(self, tokens, hidden):
-        out, hidden = self.rnn(self.drop(self.embedding(tokens)), hidden)
-        return self.decoder(self.drop(out)), hidden
-
-
-def plain_stream_train(model: PlainStreamLM, stream: torch.Tensor, optimizer, bptt: int, device) -> int:
-    """One pass over ``stream [B, T]`` in steps of ``bptt`` tokens (Adam, clip 0.25, state detached)."""
-    hidden, tokens = None, 0
-    for start in range(0, stream.size(1) - 1, bptt):
-        end = min(start + bptt, stream.size(1) - 1)
-        inputs, targets = stream[:, start:end].to(device), stream[:, start + 1 : end + 1].to(device)
-        optimizer.zero_grad(set_to_none=True)
-        logits, hidden = model(inputs, hidden)
-        nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        optimizer.step()
-        hidden = tuple(h.detach() for h in hidden)
-        tokens += targets.numel()
-    return tokens
-
-
-def corpus_rows(args) -> tuple[VocabSpec, list[dict]]:
-    """Encoded real documents: LitBank (anonymized, gold chains) or WikiText-2 articles, sentences
-    as the corpus has them (no cutting), the first ``--max-sentences`` of each document."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+def corpus_rows(args) -> tuple:
+    """Real documents prepared by the library, sentences as the corpus has them (no cutting), the
+    first ``--max-sentences`` of each: LitBank (anonymized, gold chains; every split) or the first
+    ``--max-docs`` WikiText-2 training articles (the vocabulary fitted on them). Returns the
+    prepared folder and its rows."""
     if args.corpus == "litbank":
-        from reproduce_dntm import DEFAULT_DATA, load_litbank
+        options = Namespace(data_dir=args.data_dir or LITBANK_DATA, max_chains=args.entities, vocab_size=args.vocab,
+                            split_seed=0, valid_fraction=0.1, test_fraction=0.1, max_sentence_len=0,
+                            max_sentences=args.max_sentences)
+        prepared, splits = prepare_litbank(options)
+        return prepared, [row for split in ("train", "valid", "test") for row in splits[split]]
+    articles = read_articles("train", args.max_docs, args.data_dir or WIKITEXT_DATA)
+    prepared = prepare_articles({"train": articles}, vocab_size=args.vocab, max_lines=args.max_sentences)
+    return prepared, rows_in_order(prepared, "train", articles)
 
-        ns = argparse.Namespace(data_dir=Path(args.data_dir or DEFAULT_DATA), max_chains=args.entities,
-                                vocab_size=args.vocab, split_seed=0, valid_fraction=0.1, test_fraction=0.1,
-                                max_sentence_len=0, max_sentences=args.max_sentences)
-        pre, splits, _ = load_litbank(ns)
-        return pre.spec, [row for split in ("train", "valid", "test") for row in splits[split]]
-    from collections import Counter
 
-    from reproduce_dynamical import DATA, read_articles
-
-    from dynlm.data.config import DataConfig
-    from dynlm.data.preprocessor import Preprocessor
-
-    docs = read_articles("train", args.max_docs, Path(args.data_dir or DATA))
-    for doc in docs:
-        doc["sentences"] = doc["sentences"][: args.max_sentences] if args.max_sentences else doc["sentences"]
-    counts = Counter(w for d in docs for s in d["sentences"] for w in s)
-    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=args.vocab, gamma=1.0,
-                                                    bpe_merges=0, max_chains=1))
-    return pre.spec, [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
-                      for d in docs]
+def step_variant(run: RankRun):
+    """One dynlm variant's step: ``train_step`` of the run's model and optimizer on a batch (its tokens)."""
+    return lambda batch: train_step(run.task, run.model, batch, run.optimizer, run.job.train,
+                                    scheduler=run.schedule)["tokens"]
 
 
 def run_corpus(args, device) -> None:
     """Real documents: plain stream vs RNNLM / DNTM in both layouts (see the module docstring)."""
-    from dynlm.data.batching import ChunkLayout
-    from dynlm.models import needs_whole_sentences
-
-    spec, rows = corpus_rows(args)
+    prepared, rows = corpus_rows(args)
+    spec = prepared.spec
     rows = rows[: args.max_docs]
     warm_rows = [dict(r, sentence_lengths=r["sentence_lengths"][:3], num_tokens=None,
                       **_first_tokens(r, sum(r["sentence_lengths"][:3]))) for r in rows[: args.batch_size]]
@@ -202,32 +166,26 @@ def run_corpus(args, device) -> None:
     padding: dict[str, float] = {}
     collate_rate: dict[str, float] = {}
     for model_name, model_cfg in models.items():
-        tokens, whole = chunk_tokens(args, model_cfg), needs_whole_sentences(model_cfg)
-        for layout_name, layout, cfg in (
-                ("lockstep", None, TrainConfig(bptt_tokens=0, lr=1e-3, bptt_sentences=args.bptt)),
-                ("chunks", ChunkLayout(tokens, whole_sentences=whole), TrainConfig(lr=1e-3, bptt_tokens=tokens)),
-                ("packed", ChunkLayout(tokens, whole_sentences=whole, pack_documents=True),
-                 TrainConfig(lr=1e-3, bptt_tokens=tokens))):
+        tokens = chunk_tokens(args, model_cfg)
+        chunked = TrainConfig(lr=1e-3, batch_size=args.batch_size, bptt_tokens=tokens)
+        for layout_name, cfg in (
+                ("lockstep", TrainConfig(lr=1e-3, batch_size=args.batch_size, bptt_tokens=0, bptt_sentences=args.bptt)),
+                ("chunks", chunked.replace(pack_documents=False)), ("packed", chunked.replace(pack_documents=True))):
             if layout_name not in args.layouts.split(","):
                 continue
+            run = rows_run(prepared_job(prepared, model_cfg, cfg), spec, rows, device=device)
+            layout = run.task.batch_layout(cfg, model_cfg)
             started = time.perf_counter()
-            timed = list(batch_documents(rows, spec, args.batch_size, seed=0, layout=layout))
+            timed = list(run.train_batches(1))
             seconds = time.perf_counter() - started
             key = layout_name if layout is None else f"chunks of {layout.tokens}" + (
                 ", whole sentences" if layout.whole_sentences else "") + (", packed rows" if layout.pack_documents else "")
             padding[key] = sum(b.num_padded for b in timed) / sum(b.num_padded + b.num_tokens for b in timed)
             collate_rate[key] = sum(b.num_tokens for b in timed) / seconds
-            warm = list(batch_documents(warm_rows, spec, args.batch_size, seed=0, layout=layout))
-            torch.manual_seed(0)
-            model = build_model(model_cfg, spec).to(device)
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-            variants[f"{model_name} ({layout_name})"] = (
-                lambda b, model=model, optimizer=optimizer, cfg=cfg: train_step(LM_TASK, model, b, optimizer, cfg)["tokens"],
-                warm, timed)
+            warm = list(run.task.batches(warm_rows, spec, args.batch_size, seed=0, layout=layout))
+            variants[f"{model_name} ({layout_name})"] = (step_variant(run), warm, timed)
     # The plain stream reads the same target tokens: every document's inputs, concatenated.
-    stream = torch.tensor([w for r in rows for w in _inputs(r)], dtype=torch.long)
-    columns = stream.numel() // args.stream_batch
-    stream = stream[: columns * args.stream_batch].view(args.stream_batch, columns)
+    stream = token_stream(rows, args.stream_batch)
     torch.manual_seed(0)
     plain = PlainStreamLM(spec.output_size, args.embed_dim, args.hidden_dim, args.num_layers, args.dropout).to(device)
     plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-3)
@@ -252,17 +210,7 @@ def run_corpus(args, device) -> None:
 
 def chunk_tokens(args, model_cfg: ModelConfig) -> int:
     """The chunk length of a model: ``--whole-chunk-tokens`` for one that reads whole sentences."""
-    from dynlm.models import needs_whole_sentences
-
     return args.whole_chunk_tokens if needs_whole_sentences(model_cfg) else args.chunk_tokens
-
-
-def _inputs(row: dict):
-    """The input word id of every input position of an encoded row (each sentence but its <eos>)."""
-    pos = 0
-    for n in row["sentence_lengths"]:
-        yield from row["word_ids"][pos : pos + n - 1]
-        pos += n
 
 
 def _first_tokens(row: dict, n: int) -> dict:
@@ -330,10 +278,21 @@ def main() -> None:
     spec = VocabSpec(num_words=args.vocab, num_entities=args.entities, shortlist_size=int(args.vocab * 0.9),
                      num_subwords=1000)
     rows = synthetic_rows(spec, args.batch_size * (args.batches + 1), args.sentences, args.tokens)
-    batches = list(batch_documents(rows, spec, args.batch_size, seed=0))
-    warmup, timed = batches[0], batches[1:]
-    cfg = TrainConfig(bptt_tokens=0, lr=1e-3, bptt_sentences=args.bptt)
+    cfg = TrainConfig(bptt_tokens=0, lr=1e-3, batch_size=args.batch_size, bptt_sentences=args.bptt)
     sizes = dict(embed_dim=args.embed_dim, hidden_dim=args.hidden_dim, num_layers=args.num_layers, dropout=0.2)
+
+    def lm_run(model_cfg: ModelConfig) -> RankRun:
+        job = generated_rows_job("lm", model_cfg, cfg, generated_by="benchmarks.bench_models.synthetic_rows")
+        return rows_run(job, spec, rows, device=device)
+
+    runs = {"RNNLM (word)": lm_run(ModelConfig(type="rnn", **sizes)),
+            "RNNLM (word+subword)": lm_run(ModelConfig(type="rnn", embedding="word+subword", **sizes))}
+    for merge_fn in MERGE_FNS:
+        runs[f"DNTM both/{merge_fn}"] = lm_run(
+            ModelConfig(type="dntm", dntm=DNTMSettings(**{**PAPER_DNTM, "merge_fn": merge_fn}), **sizes))
+    # every variant reads the same batches (sentence lockstep for all: the first run's epoch 1)
+    batches = list(runs["RNNLM (word)"].train_batches(1))
+    warmup, timed = batches[0], batches[1:]
 
     variants: dict[str, callable] = {}
     torch.manual_seed(0)
@@ -344,18 +303,7 @@ def main() -> None:
     bare_packed = BareLM(spec.output_size, args.embed_dim, args.hidden_dim, args.num_layers).to(device)
     packed_opt = torch.optim.Adam(bare_packed.parameters(), lr=1e-3)
     variants["bare, packed"] = lambda b: bare_train(bare_packed, b, packed_opt, args.bptt, device, packed=True)
-
-    def lm_variant(model_cfg: ModelConfig):
-        model = build_model(model_cfg, spec).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        return lambda b: train_step(LM_TASK, model, b, optimizer, cfg)["tokens"]
-
-    variants["RNNLM (word)"] = lm_variant(ModelConfig(type="rnn", **sizes))
-    variants["RNNLM (word+subword)"] = lm_variant(ModelConfig(type="rnn", embedding="word+subword", **sizes))
-    if importlib.util.find_spec("dynlm.models.dntm") is not None:
-        for merge_fn in MERGE_FNS:
-            variants[f"DNTM both/{merge_fn}"] = lm_variant(
-                ModelConfig(type="dntm", dntm=DNTMSettings(**{**PAPER_DNTM, "merge_fn": merge_fn}), **sizes))
+    variants.update({name: step_variant(run) for name, run in runs.items()})
 
     best = time_variants({name: (run, [warmup], timed) for name, run in variants.items()}, args.rounds, device)
 

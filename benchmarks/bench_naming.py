@@ -4,12 +4,15 @@ Seeded random functions (no corpus needed) at a mid-size vocabulary: 10,000 name
 subtokens, 20,000 features, 5,000 context tokens, 24 features per function, names of 1-4
 subtokens, K_max = 4. Per model (``NamingModelConfig()`` defaults, ``type`` name / subtoken):
 
-* training: functions/s of NCE steps (forward, ``nce_loss``, backward, Adam), best of ``--repeats``;
+* training: functions/s of training steps as ``dynlm train`` takes them, best of ``--repeats``: the
+  model and optimizer built by the runner (:func:`dynlm.runner.build_rank_run`, the naming task's
+  training defaults: Adam, ``grad_clip`` 5) and :func:`dynlm.training.train_step` (the NCE loss,
+  backward, clipping, the optimizer step, and the normalised NLL of the true names the run reports);
 * suggest: ms per batch of ``suggest`` (top 5; the subtoken model's beam search of width 8 up to
   6 subtokens), and functions/s.
 
-    python benchmarks/bench_naming.py                 # CPU, 1 thread, ~1 min
-    python benchmarks/bench_naming.py --device cuda --threads 0
+    python -m benchmarks.bench_naming                 # CPU, 1 thread, ~1 min (from the repository root)
+    python -m benchmarks.bench_naming --device cuda --threads 0
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ import time
 
 import torch
 
-from dynlm.models.naming import END, PAD, START, NamingBatch, NamingModelConfig, NamingSpec, build_naming_model
-from dynlm.modules.nce import nce_loss
+from benchmarks.common import generated_rows_job, rows_run
+from dynlm.models.naming import END, PAD, START, NamingBatch, NamingModelConfig, NamingSpec
+from dynlm.tasks.naming import NamingTask
+from dynlm.tasks.naming_data import FunctionBatch
+from dynlm.train_config import TrainConfig
+from dynlm.training import train_step
 
 NUM_NAMES, NUM_SUBTOKENS, NUM_FEATURES, NUM_CONTEXT_TOKENS, K_MAX, FEATURES_PER_FUNCTION = 10_000, 5_000, 20_000, 5_000, 4, 24
 
@@ -31,7 +38,8 @@ def zipf_counts(size: int, first: int, generator: torch.Generator) -> list[int]:
     return [0] * first + counts[torch.randperm(size - first, generator=generator)].tolist()
 
 
-def random_batch(batch_size: int, generator: torch.Generator) -> NamingBatch:
+def random_batch(batch_size: int, spec: NamingSpec, generator: torch.Generator) -> FunctionBatch:
+    """``batch_size`` seeded random functions (no true-name strings: nothing here reads them)."""
     features = torch.randint(2, NUM_FEATURES, (batch_size, FEATURES_PER_FUNCTION), generator=generator)
     context = torch.randint(1, NUM_CONTEXT_TOKENS, (batch_size, 2 * K_MAX), generator=generator)
     names = torch.randint(1, NUM_NAMES, (batch_size,), generator=generator)
@@ -40,7 +48,7 @@ def random_batch(batch_size: int, generator: torch.Generator) -> NamingBatch:
     for row, length in enumerate(lengths.tolist()):
         subtokens[row, :length] = torch.randint(START + 1, NUM_SUBTOKENS, (length,), generator=generator)
         subtokens[row, length] = END
-    return NamingBatch(features, context, names, subtokens)
+    return FunctionBatch(NamingBatch(features, context, names, subtokens), [()] * batch_size, spec)
 
 
 def best_seconds(run, repeats: int) -> float:
@@ -68,24 +76,24 @@ def main() -> None:
     spec = NamingSpec(num_names=NUM_NAMES, num_subtokens=NUM_SUBTOKENS, num_features=NUM_FEATURES,
                       num_context_tokens=NUM_CONTEXT_TOKENS, max_context_size=K_MAX,
                       name_counts=zipf_counts(NUM_NAMES, 1, generator), subtoken_counts=zipf_counts(NUM_SUBTOKENS, 2, generator))
-    batches = [random_batch(args.batch_size, generator).to(device) for _ in range(args.steps)]
+    batches = [random_batch(args.batch_size, spec, generator).to(device) for _ in range(args.steps)]
+    task = NamingTask()
     print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} names={NUM_NAMES} "
           f"subtokens={NUM_SUBTOKENS} features={NUM_FEATURES} features/function={FEATURES_PER_FUNCTION}")
     print(f"{'model':10s} {'train functions/s':>18s} {'suggest ms/batch':>17s} {'suggest functions/s':>20s}")
     for model_type in ("name", "subtoken"):
-        torch.manual_seed(0)
-        model = build_naming_model(NamingModelConfig(type=model_type), spec).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        train_cfg = TrainConfig(**{**task.train_defaults, "batch_size": args.batch_size})
+        job = generated_rows_job(task.name, NamingModelConfig(type=model_type), train_cfg,
+                                 generated_by="benchmarks.bench_naming.random_batch")
+        run = rows_run(job, spec, [], device=device)  # its model and optimizer; the batches are the random ones above
 
-        def train(model=model, optimizer=optimizer) -> None:  # this iteration's model (bound now)
+        def train(run=run) -> None:  # this iteration's run (bound now)
             for batch in batches:
-                optimizer.zero_grad(set_to_none=True)
-                nce_loss(model(batch)).mean().backward()
-                optimizer.step()
+                train_step(run.task, run.model, batch, run.optimizer, run.job.train, scheduler=run.schedule)
             synchronize()
 
-        def suggest(model=model) -> None:
-            model.suggest(batches[0])
+        def suggest(model=run.model) -> None:
+            model.suggest(batches[0].inputs)
             synchronize()
 
         train()  # warm-up

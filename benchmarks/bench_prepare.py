@@ -8,8 +8,8 @@ Prints, in one run:
 
 Ray start-up is excluded (one Ray for the whole run). Usage::
 
-    .venv/bin/python benchmarks/bench_prepare.py [--data /work/shared/data/wikitext-2/train.txt.gz]
-    .venv/bin/python benchmarks/bench_prepare.py --copies 4   # 4 renamed copies: fixed costs amortized
+    .venv/bin/python -m benchmarks.bench_prepare [--data /work/shared/data/wikitext-2/train.txt.gz]
+    .venv/bin/python -m benchmarks.bench_prepare --copies 4   # 4 renamed copies: fixed costs amortized
 
 The fixed per-stage costs of Ray Data (task and actor start-up, the shuffle of the word
 counts, fitting BPE once) weigh heavily on a 2M-token corpus; ``--copies N`` prepares N copies

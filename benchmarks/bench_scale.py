@@ -19,9 +19,9 @@ the same way, and checks that both give the same perplexity.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_scale.py --sizes 2 16 64 --train-size 64 \\
+    .venv/bin/python -m benchmarks.bench_scale --sizes 2 16 64 --train-size 64 \\
         --report benchmarks/results/scale_cpu.md
-    .venv/bin/python benchmarks/bench_scale.py --sizes --score-sizes 16 64   # folders prepared before
+    .venv/bin/python -m benchmarks.bench_scale --sizes --score-sizes 16 64   # folders prepared before
 
 Needs ``../shared/data/wikitext-2/train.txt.gz`` (or ``--data``); writes under ``--work``.
 """
@@ -247,7 +247,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.report:
-        Path(args.report).write_text(f"# Prepare at scale (2 cores)\n\nCommand: `.venv/bin/python benchmarks/bench_scale.py "
+        Path(args.report).write_text(f"# Prepare at scale (2 cores)\n\nCommand: `.venv/bin/python -m benchmarks.bench_scale "
                                      f"{' '.join(sys.argv[1:])}`\n\n{table}\n")
 
 

@@ -7,10 +7,14 @@ ratios against the plain loop (target: Ray Train 1 worker >= 0.9x). With ``--use
 loops run on CUDA with bf16 autocast and the mean GPU utilisation during each run is recorded
 (``nvidia-smi``, else ``torch.cuda.utilization``).
 
-    python benchmarks/bench_train.py                      # CPU, 1 thread per process
-    python benchmarks/bench_train.py --use-gpu --out $OUT/bench_train.json
-    python benchmarks/bench_train.py --corpus litbank --threads 2 --epochs 2
-    python benchmarks/bench_train.py --corpus litbank --minimal-job --threads 2 --epochs 2   # a user's data+model job
+    python -m benchmarks.bench_train                      # CPU, 1 thread per process (from the repository root)
+    python -m benchmarks.bench_train --use-gpu --out $OUT/bench_train.json
+    python -m benchmarks.bench_train --corpus litbank --threads 2 --epochs 2
+    python -m benchmarks.bench_train --corpus litbank --minimal-job --threads 2 --epochs 2   # a user's data+model job
+
+The plain loop is the runner's one-process training (:func:`dynlm.runner.local_run`, what
+``dynlm train --local`` runs): the Ray workers build their model, optimizer and batches with
+the same runner, so the ratios measure what Ray Train and DDP add.
 
 ``--corpus litbank`` (issue 11) trains the report's baseline on the 80 LitBank documents of
 ``../shared/data/litbank`` (anonymized, vocabulary 10k + 50 chains, 2 x 256 LSTM, E 256,
@@ -33,24 +37,20 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.gpu_sampler import GpuSampler  # noqa: E402
+from benchmarks.common import REPO
+from benchmarks.litbank import DEFAULT_DATA as LITBANK_DATA
+from scripts.gpu_sampler import GpuSampler
 
 
 def plain_stream(job, prepared, threads: int) -> list[float]:
     """tokens/s per epoch of the plain-stream reference over the prepared training documents."""
     import torch
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_models import PlainStreamLM, _inputs, plain_stream_train
+    from benchmarks.plain_stream import PlainStreamLM, plain_stream_train, token_stream
 
     torch.set_num_threads(threads)
-    tokens = [w for row in prepared.iter_rows("train") for w in _inputs(row)]
-    stream_batch, bptt = job.train.batch_size, job.train.bptt_tokens or 35
-    columns = len(tokens) // stream_batch
-    stream = torch.tensor(tokens[: columns * stream_batch], dtype=torch.long).view(stream_batch, columns)
+    stream = token_stream(prepared.iter_rows("train"), job.train.batch_size)
+    bptt = job.train.bptt_tokens or 35
     torch.manual_seed(0)
     m = job.model
     model = PlainStreamLM(prepared.spec.output_size, m.embed_dim, m.hidden_dim, m.num_layers, m.dropout)
@@ -64,37 +64,16 @@ def plain_stream(job, prepared, threads: int) -> list[float]:
 
 
 def plain_loop(job, prepared, use_gpu: bool) -> list[float]:
-    """tokens/s per epoch of dynlm.training.train_step in this process (no Ray, no DDP)."""
+    """tokens/s per epoch of the runner's training in this process (no Ray, no DDP): ``local_run``
+    and its ``fit``, bf16 autocast on a GPU; an epoch's figure leaves its validation out."""
     import torch
 
-    from dynlm.models import build_model
-    from dynlm.optim import LRSchedule, build_optimizer
-    from dynlm.tasks.lm import LMTask
-    from dynlm.training import set_seed, train_step
+    from dynlm.runner import local_run
+    from dynlm.training import FitHooks
 
-    LM_TASK = LMTask()
-    from pipelines.train import SORT_BUFFER_BATCHES
-
-    cfg = job.train
-    set_seed(cfg.seed)
-    device = torch.device("cuda" if use_gpu else "cpu")
-    model = build_model(job.model, prepared.spec).to(device)
-    optimizer = build_optimizer(model, cfg)
-    schedule = LRSchedule(optimizer, "constant")
-    rates = []
-    for epoch in range(1, cfg.epochs + 1):
-        started, tokens = time.perf_counter(), 0
-        task = LMTask()
-        batches = task.stream_batches(prepared.iter_rows("train"), prepared.spec, cfg.batch_size,
-                                      seed=epoch, buffer_rows=cfg.batch_size * SORT_BUFFER_BATCHES,
-                                      layout=task.batch_layout(cfg, job.model))
-        for batch in batches:
-            with torch.autocast("cuda", dtype=torch.bfloat16) if use_gpu else torch.autocast("cpu", enabled=False):
-                tokens += train_step(LM_TASK, model, batch, optimizer, cfg, scheduler=schedule)["tokens"]
-        if use_gpu:
-            torch.cuda.synchronize()
-        rates.append(tokens / (time.perf_counter() - started))
-    return rates
+    run = local_run(job, prepared, device=torch.device("cuda" if use_gpu else "cpu"))
+    summary = run.fit(hooks=FitHooks(spec=run.spec, autocast_dtype=torch.bfloat16 if use_gpu else None))
+    return [record["train_tokens_per_s"] for record in summary["history"]]
 
 
 def ray_train(job, prepared, num_workers: int, name: str) -> list[float]:
@@ -111,7 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--use-gpu", action="store_true")
     parser.add_argument("--corpus", choices=["synthetic", "litbank"], default="synthetic")
-    parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "litbank" / "conll"),
+    parser.add_argument("--data-dir", default=str(LITBANK_DATA),
                         help="--corpus litbank: the LitBank CoNLL folder")
     parser.add_argument("--documents", type=int, default=1000,
                         help="synthetic documents (small epochs measure the per-epoch ingest start-up instead)")

@@ -1,6 +1,6 @@
 """Search overhead of ``dynlm tune``: a 4-trial search vs the same 4 trainings run one by one.
 
-    .venv/bin/python benchmarks/bench_tune.py [--concurrency 2] [--epochs 2] [--num-cpus 2]
+    .venv/bin/python -m benchmarks.bench_tune [--concurrency 2] [--epochs 2] [--num-cpus 2]
 
 In one process: the synthetic corpus is written and prepared (2 data configs, not timed), then
 

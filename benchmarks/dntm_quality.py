@@ -28,11 +28,14 @@ entity); the entity mask of ``model.mask_unseen_entities`` is on everywhere (exa
 Every dynlm row prints its validation metrics by epoch (the weights of the best epoch overall
 are the ones scored).
 
-Usage (LitBank from ../shared/data; about 15 CPU-minutes at the defaults, 1 thread; the report:
-benchmarks/results/dntm_quality.md)::
+LitBank is prepared by the library (:mod:`benchmarks.litbank`) and every dynlm row is trained by
+the runner (:func:`dynlm.runner.local_run`, as ``dynlm train --local`` trains it).
 
-    python benchmarks/dntm_quality.py
-    python benchmarks/dntm_quality.py --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 \
+Usage (from the repository root; LitBank from ../shared/data; about 15 CPU-minutes at the
+defaults, 1 thread; the report: benchmarks/results/dntm_quality.md)::
+
+    python -m benchmarks.dntm_quality
+    python -m benchmarks.dntm_quality --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 \
         --max-sentences 0 --vocab-size 10000 --dropout 0.3 --batch-size 16   # the issue's size: ~10 min a row
 """
 
@@ -41,27 +44,27 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reproduce_dntm import METRICS, REPO, _fmt, add_litbank_args, load_litbank, write_report  # noqa: E402
-
-from dynlm import checkpoint  # noqa: E402
-from dynlm.data.batching import batch_documents  # noqa: E402
-from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate  # noqa: E402
-from dynlm.losses import token_nll  # noqa: E402
-from dynlm.models import build_model  # noqa: E402
-from dynlm.models.config import ModelConfig  # noqa: E402
-from dynlm.models.dntm import PAPER_DNTM  # noqa: E402
-from dynlm.tasks.lm import LMTask  # noqa: E402
-from dynlm.tasks.lm_evaluation import evaluate_lm  # noqa: E402
-from dynlm.training import FitHooks, TrainConfig, fit
+from benchmarks.common import RESULTS, command_line, evaluation_batches, format_value, prepared_job, write_report
+from benchmarks.litbank import METRICS, add_litbank_args, litbank_data_config, prepare_litbank, split_sizes
+from dynlm import checkpoint
+from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate
+from dynlm.job import JobConfig
+from dynlm.losses import token_nll
+from dynlm.models import build_model
+from dynlm.models.config import ModelConfig
+from dynlm.models.dntm import PAPER_DNTM
+from dynlm.runner import RankRun, local_run
+from dynlm.tasks.lm import LMTask
+from dynlm.tasks.lm_evaluation import evaluate_lm
+from dynlm.tasks.local import files_table, prepare_in_memory
+from dynlm.train_config import TrainConfig
+from dynlm.training import FitHooks
 
 LM_TASK = LMTask()
 
@@ -101,7 +104,7 @@ DYNAMIC_EVAL_LAMBDAS = (0.0, 2e-3, 2e-2)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "dntm_quality.md")
+    parser.add_argument("--output", type=Path, default=RESULTS / "dntm_quality.md")
     add_litbank_args(parser, max_sentences=60)
     parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--hidden-dim", type=int, default=64)
@@ -143,30 +146,36 @@ def model_config(args, dntm: dict) -> ModelConfig:
         "dntm": {**PAPER_DNTM, **dntm}})  # each row changes the paper's DNTM
 
 
-def _batches(rows, spec, args, seed):
-    return batch_documents(rows, spec, args.batch_size, seed=seed)
+def document_batches(rows, spec, args):
+    """``rows`` in batches of ``--batch-size`` documents, in their order (how every row is scored)."""
+    return evaluation_batches(LM_TASK, rows, spec, args.batch_size)
 
 
-def train_dynlm(args, spec, rows, dntm: dict):
-    """A model trained by dynlm's loop (``dynlm.training.fit``, as ``dynlm train`` runs it)."""
-    torch.manual_seed(args.seed)
-    model = build_model(model_config(args, dntm), spec)
-    cfg = TrainConfig(bptt_tokens=0, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
-                      grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
+def row_job(args, prepared, dntm: dict) -> JobConfig:
+    """The job of a dynlm row: the prepared LitBank folder, the row's model, documents in sentence
+    lockstep (``--bptt-sentences`` a step)."""
+    return prepared_job(prepared, model_config(args, dntm), TrainConfig(
+        bptt_tokens=0, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
+        grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule))
+
+
+def train_dynlm(args, prepared, dntm: dict):
+    """A model trained by the runner (``dynlm.runner.local_run``, as ``dynlm train --local`` trains it)."""
+    run = local_run(row_job(args, prepared, dntm), prepared)
     if args.ema_decay > 0:
-        return _train_with_weight_average(args, spec, rows, model, cfg)
-    result = fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-                 lambda: _batches(rows["valid"], spec, args, None), cfg, task=LM_TASK)
+        return _train_with_weight_average(args, run)
+    result = run.fit()
     history = result["history"]
     by_epoch = {key: [round(r[f"valid_{key}"], 2) for r in history] for key, _ in METRICS}
     print(f"  valid by epoch: {by_epoch}, best epoch {result['best_epoch']} (its weights are kept)", flush=True)
-    return model
+    return run.model
 
 
-def _train_with_weight_average(args, spec, rows, model, cfg):
-    """``fit`` with an exponential moving average of the weights after every optimizer step
+def _train_with_weight_average(args, run: RankRun):
+    """``run.fit`` with an exponential moving average of the weights after every optimizer step
     (``torch.optim.swa_utils``, decay ``--ema-decay``); validation, the choice of the best epoch
     and the test read the average."""
+    model = run.model
     average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema_decay))
     seen = {"at": (0, 0)}
 
@@ -179,14 +188,12 @@ def _train_with_weight_average(args, spec, rows, model, cfg):
     best = {"ppl": math.inf, "epoch": 0, "weights": None, "history": []}
 
     def on_epoch(epoch: int, record: dict) -> None:
-        valid = evaluate_lm(average.module, _batches(rows["valid"], spec, args, None))
+        valid = evaluate_lm(average.module, run.valid_batches())
         best["history"].append({key: round(valid[key], 2) for key, _ in METRICS})
         if valid["ppl"] < best["ppl"]:
             best.update(ppl=valid["ppl"], epoch=epoch, weights=copy.deepcopy(average.module.state_dict()))
 
-    fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-        lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch,
-        hooks=FitHooks(after_step=after_step, restore_best=False), task=LM_TASK)
+    run.fit(on_epoch=on_epoch, hooks=FitHooks(spec=run.spec, after_step=after_step, restore_best=False))
     by_epoch = {key: [h[key] for h in best["history"]] for key, _ in METRICS}
     print(f"  valid by epoch (weight average, decay {args.ema_decay}): {by_epoch}, best epoch {best['epoch']} "
           "(its averaged weights are kept)", flush=True)
@@ -194,11 +201,11 @@ def _train_with_weight_average(args, spec, rows, model, cfg):
     return model
 
 
-def train_plain_stream(args, spec, rows):
-    """The same network trained as a plain PyTorch LM: one token stream, fixed-size chunks."""
-    torch.manual_seed(args.seed)
-    model = build_model(model_config(args, {"dynamic": "none"}), spec).lm  # the RNNLM inside
-    stream = torch.tensor([w for row in rows["train"] for w in row["word_ids"]], dtype=torch.long)
+def train_plain_stream(args, prepared, train_rows: list[dict]):
+    """The same network trained as a plain PyTorch LM: one token stream, fixed-size chunks, its own
+    loop and Adam (the reference; its initial weights are the runner's, as the ``rnn`` row's)."""
+    model = local_run(row_job(args, prepared, {"dynamic": "none"}), prepared).model.lm  # the RNNLM inside
+    stream = torch.tensor([w for row in train_rows for w in row["word_ids"]], dtype=torch.long)
     columns = stream.numel() // args.stream_batch
     data = stream[: columns * args.stream_batch].view(args.stream_batch, columns)  # [B, T]
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -222,32 +229,23 @@ def train_plain_stream(args, spec, rows):
 
 def with_dynamic_evaluation(model, spec, rows, args) -> tuple[dict, dict]:
     """Test metrics of ``model`` under dynamic evaluation with eta, lambda picked on valid."""
-    stats = collect_grad_stats(model, _batches(rows["train"], spec, args, None))
-    best, grid = choose_dynamic_eval(model, list(_batches(rows["valid"], spec, args, None)), stats,
+    stats = collect_grad_stats(model, document_batches(rows["train"], spec, args))
+    best, grid = choose_dynamic_eval(model, document_batches(rows["valid"], spec, args), stats,
                                      etas=DYNAMIC_EVAL_ETAS, lambdas=DYNAMIC_EVAL_LAMBDAS)
-    return dynamic_evaluate(model, _batches(rows["test"], spec, args, None), best, stats), {
+    return dynamic_evaluate(model, document_batches(rows["test"], spec, args), best, stats), {
         "eta": best.lr, "lambda": best.decay, "grid": grid}
 
 
-def load_out_of_domain(args, pre) -> list[dict]:
-    """Every document of ``args.ood_dir``, anonymized and cut as LitBank is, encoded with ``pre``."""
-    from reproduce_dntm import _cut
-
-    from dynlm.data.anonymize import anonymize
-    from dynlm.data.readers import parse_file
-    from dynlm.data.schema import Quarantined
-
-    rows = []
-    for path in sorted(args.ood_dir.glob("*.conll")):
-        for item in parse_file(path.read_bytes(), str(path), "conll"):
-            if isinstance(item, Quarantined):
-                continue
-            doc, _ = anonymize(item, max_chains=args.max_chains, too_many_chains="truncate")
-            if doc is None:
-                continue
-            sentences = [piece for s in doc["sentences"] for piece in _cut(s, args.max_sentence_len)]
-            sentences = sentences[: args.max_sentences] if args.max_sentences > 0 else sentences
-            rows.append({"doc_id": doc["doc_id"], "source_file": doc["source_file"], **pre.encode_document(sentences)})
+def load_out_of_domain(args, prepared) -> list[dict]:
+    """Every document of the ``*.conll`` files of ``args.ood_dir``, through the same prepare stages
+    (anonymized and cut as LitBank is) and encoded with LitBank's preprocessor."""
+    files = sorted(args.ood_dir.glob("*.conll"))
+    if not files:
+        raise SystemExit(f"--ood-dir {args.ood_dir}: no *.conll file")
+    data_cfg = litbank_data_config(args).replace(inputs=[str(args.ood_dir)])
+    done = prepare_in_memory(LM_TASK, files_table(files), data_cfg, preprocessor=prepared.preprocessor,
+                             require_train=False)
+    rows = done.rows()  # every split
     if not rows:
         raise SystemExit(f"--ood-dir {args.ood_dir}: no readable *.conll document")
     return rows
@@ -299,7 +297,7 @@ def format_table(results: list[tuple[str, dict]]) -> str:
     header = "| model | " + " | ".join(title for _, title in METRICS) + " | seconds |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for name, r in results:
-        lines.append(f"| {name} | " + " | ".join(_fmt(r[key]) for key, _ in METRICS) + f" | {r['seconds']:.0f} |")
+        lines.append(f"| {name} | " + " | ".join(format_value(r[key]) for key, _ in METRICS) + f" | {r['seconds']:.0f} |")
     return "\n".join(lines)
 
 
@@ -307,11 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     wanted = {name.strip() for name in args.rows.split(",") if name.strip()}
-    command = "python benchmarks/dntm_quality.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line("dntm_quality", argv)
     started = time.perf_counter()
-    pre, rows, stats = load_litbank(args)
-    spec = pre.spec
-    print(f"data: {stats}", flush=True)
+    prepared, rows = prepare_litbank(args)
+    spec, stats = prepared.spec, split_sizes(rows)
+    print(f"data: {prepared.root}, {stats}", flush=True)
     within = {split: same_sentence_reappearances(rows[split]) for split in ("valid", "test")}
     print("re-appearing mentions after one in the same sentence: " + ", ".join(
         f"{split} {same}/{total}" for split, (total, same) in within.items()), flush=True)
@@ -321,28 +319,28 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(name: str, metrics: dict, since: float) -> None:
         results.append((name, {**metrics, "seconds": time.perf_counter() - since}))
-        print(f"{name:>40}: " + "  ".join(f"{key}={_fmt(metrics[key])}" for key, _ in METRICS), flush=True)
+        print(f"{name:>40}: " + "  ".join(f"{key}={format_value(metrics[key])}" for key, _ in METRICS), flush=True)
 
-    def run(name: str, build) -> None:
+    def run_row(name: str, build) -> None:
         if wanted and name not in wanted:
             return
         since = time.perf_counter()
         models[name] = load_row(args, spec, name) if args.load_dir is not None else build()
         if args.save_dir is not None and args.load_dir is None:
             save_row(args, spec, name, models[name])
-        record(name, evaluate_lm(models[name], _batches(rows["test"], spec, args, None)), since)
+        record(name, evaluate_lm(models[name], document_batches(rows["test"], spec, args)), since)
         if ood_rows is not None:
             since = time.perf_counter()
-            ood_results.append((name, {**evaluate_lm(models[name], _batches(ood_rows, spec, args, None)),
+            ood_results.append((name, {**evaluate_lm(models[name], document_batches(ood_rows, spec, args)),
                                        "seconds": time.perf_counter() - since}))
 
-    ood_rows = load_out_of_domain(args, pre) if args.ood_dir else None
+    ood_rows = load_out_of_domain(args, prepared) if args.ood_dir else None
     ood_results: list[tuple[str, dict]] = []
 
-    run("rnn", lambda: train_dynlm(args, spec, rows, {"dynamic": "none"}))
-    run("plain-stream reference", lambda: train_plain_stream(args, spec, rows))
+    run_row("rnn", lambda: train_dynlm(args, prepared, {"dynamic": "none"}))
+    run_row("plain-stream reference", lambda: train_plain_stream(args, prepared, rows["train"]))
     for name, dntm in DNTM_ROWS.items():
-        run(name, lambda dntm=dntm: train_dynlm(args, spec, rows, dntm))
+        run_row(name, lambda dntm=dntm: train_dynlm(args, prepared, dntm))
     dntm_rows = [(n, r) for n, r in results if n.startswith("dntm")]  # the best DNTM overall gets dynamic evaluation
     best_dntm = min(dntm_rows, key=lambda nr: nr[1]["ppl"])[0] if dntm_rows else None
     for base in ("rnn", best_dntm) if args.dynamic_eval else ():

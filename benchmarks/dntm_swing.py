@@ -12,9 +12,9 @@ the entity-id distribution at those targets, the probability mass the model puts
 at every other target, the share of the re-appearing NLL that each document carries, and the
 norms of the static output vectors of ``<unk1>``...``<unk4>``.
 
-Usage (the issue's size, one row, about 10-12 min on one thread)::
+Usage (from the repository root; the issue's size, one row, about 10-12 min on one thread)::
 
-    python benchmarks/dntm_swing.py --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 \
+    python -m benchmarks.dntm_swing --epochs 6 --embed-dim 256 --hidden-dim 256 --num-layers 2 \
         --max-sentences 0 --vocab-size 10000 --dropout 0.3 --batch-size 16 --seed 1 --row 'dntm both'
 """
 
@@ -22,23 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dntm_quality import DNTM_ROWS, _batches, model_config  # noqa: E402
-from dntm_quality import parse_args as quality_args
-from reproduce_dntm import load_litbank  # noqa: E402
-
-from dynlm.data.batching import KIND_REAPPEAR  # noqa: E402
-from dynlm.models import build_model  # noqa: E402
-from dynlm.tasks.lm import LMTask  # noqa: E402
-from dynlm.training import TrainConfig, fit  # noqa: E402
-
-LM_TASK = LMTask()
+from benchmarks.dntm_quality import DNTM_ROWS, document_batches, row_job
+from benchmarks.dntm_quality import parse_args as quality_args
+from benchmarks.litbank import prepare_litbank
+from dynlm.data.batching import KIND_REAPPEAR
+from dynlm.runner import local_run
 
 
 @torch.no_grad()
@@ -97,22 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     own, rest = parser.parse_known_args(argv)
     args = quality_args(rest)
     torch.set_num_threads(args.threads)
-    pre, rows, _ = load_litbank(args)
-    spec = pre.spec
+    prepared, rows = prepare_litbank(args)
+    spec = prepared.spec
     dntm = {"dynamic": "none"} if own.row == "rnn" else DNTM_ROWS[own.row]
-    torch.manual_seed(args.seed)
-    model = build_model(model_config(args, dntm), spec)
-    cfg = TrainConfig(bptt_tokens=0, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, bptt_sentences=args.bptt_sentences,
-                      grad_clip=0.25, early_stopping_patience=0, seed=args.seed, lr_schedule=args.lr_schedule)
+    run = local_run(row_job(args, prepared, dntm), prepared)  # the row as dntm_quality.py trains it
+    model = run.model
     records = []
     started = time.perf_counter()
 
     def on_epoch(epoch: int, record: dict) -> None:
         out = {"epoch": epoch, "valid_ppl": round(record["valid_ppl"], 2),
                "valid_ppl_reappearing": round(record["valid_ppl_reappearing"], 2),
-               "lr": record.get("lr"), "minutes": round((time.perf_counter() - started) / 60, 1)}
+               "lr": record["lr"], "minutes": round((time.perf_counter() - started) / 60, 1)}
         for split in ("valid", "test"):
-            out[split] = entity_breakdown(model, _batches(rows[split], spec, args, None), spec)
+            out[split] = entity_breakdown(model, document_batches(rows[split], spec, args), spec)
         decoder = getattr(model, "lm", model).decoder
         decoder = decoder.weight.detach(), decoder.bias.detach()
         out["unk_norms"] = [round(float(decoder[0][spec.entity_word_id(k)].norm()), 3) for k in range(1, 5)]
@@ -121,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out), flush=True)
         model.train()
 
-    fit(model, lambda epoch: _batches(rows["train"], spec, args, args.seed + epoch),
-        lambda: _batches(rows["valid"], spec, args, None), cfg, on_epoch=on_epoch, task=LM_TASK)
+    run.fit(on_epoch=on_epoch)
     if own.output:
         own.output.write_text(json.dumps(records, indent=1))
     return 0

@@ -8,68 +8,38 @@ with the exact command.
 The paper's findings to compare with: output dynamics help predict re-appearing entities, input
 dynamics help the words after an entity, and using both is best overall.
 
-Usage (default: ~12 CPU-minutes for the whole grid, 1 thread; baseline ~30 s, each DNTM ~45 s)::
+LitBank is prepared by the library (:mod:`benchmarks.litbank`: the LM task's stages, the folder
+reused by the next run) and every model is trained by the runner, as ``dynlm train --local``
+trains it (:func:`dynlm.runner.local_run`: documents in sentence lockstep, a cosine rate).
 
-    python benchmarks/reproduce_dntm.py
-    python benchmarks/reproduce_dntm.py --device cuda --epochs 10 --embed-dim 256 --hidden-dim 512
+Usage (from the repository root; default: ~12 CPU-minutes for the whole grid, 1 thread;
+baseline ~30 s, each DNTM ~45 s)::
+
+    python -m benchmarks.reproduce_dntm
+    python -m benchmarks.reproduce_dntm --device cuda --epochs 10 --embed-dim 256 --hidden-dim 512
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from dynlm.data.anonymize import anonymize
-from dynlm.data.batching import batch_documents
-from dynlm.data.config import DataConfig
-from dynlm.data.preprocessor import Preprocessor
-from dynlm.data.readers import parse_file
-from dynlm.data.schema import Quarantined
-from dynlm.data.split import assign_split
-from dynlm.models import build_model
+from benchmarks.common import RESULTS, command_line, evaluation_batches, format_value, prepared_job, write_report
+from benchmarks.litbank import METRICS, add_litbank_args, prepare_litbank, split_sizes
 from dynlm.models.config import ModelConfig
 from dynlm.models.dntm import PAPER_DNTM
-from dynlm.tasks.lm import LMTask
+from dynlm.runner import local_run
 from dynlm.tasks.lm_evaluation import evaluate_lm
-from dynlm.training import TrainConfig, fit
-
-LM_TASK = LMTask()
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "litbank" / "conll"
-METRICS = (("ppl", "overall"), ("ppl_first_mention", "first mention"),
-           ("ppl_reappearing", "re-appearing entity"), ("ppl_after_entity", "after entity"))
-
-
-def add_litbank_args(parser: argparse.ArgumentParser, *, max_sentences: int) -> None:
-    """The data options of :func:`load_litbank` (shared with ``benchmarks/dntm_quality.py``)."""
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="folder of LitBank *.conll files")
-    parser.add_argument("--max-chains", type=int, default=50, help="entity identifiers per document (later chains truncated)")
-    parser.add_argument("--vocab-size", type=int, default=2000)
-    parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--valid-fraction", type=float, default=0.1)
-    parser.add_argument("--test-fraction", type=float, default=0.1)
-    parser.add_argument("--max-sentence-len", type=int, default=60, help="longer sentences are cut into pieces (0: keep)")
-    parser.add_argument("--max-sentences", type=int, default=max_sentences,
-                        help="keep the first N sentences of every document, all splits (0: all; LitBank has ~100)")
-
-
-def write_report(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}")
+from dynlm.train_config import TrainConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "dntm_litbank.md")
+    parser.add_argument("--output", type=Path, default=RESULTS / "dntm_litbank.md")
     add_litbank_args(parser, max_sentences=24)
     parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--hidden-dim", type=int, default=64)
@@ -87,52 +57,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _cut(sentence: list[str], max_len: int) -> list[list[str]]:
-    if max_len <= 0 or len(sentence) <= max_len:
-        return [sentence]
-    return [sentence[i : i + max_len] for i in range(0, len(sentence), max_len)]
-
-
-def load_litbank(args: argparse.Namespace) -> tuple[Preprocessor, dict[str, list[dict]], dict]:
-    """Parse, anonymize, split and encode LitBank. Returns (preprocessor, rows by split, stats)."""
-    files = sorted(args.data_dir.glob("*.conll"))
-    if not files:
-        raise SystemExit(f"no *.conll files in {args.data_dir}")
-    splits: dict[str, list[dict]] = {"train": [], "valid": [], "test": []}
-    stats = collections.Counter()
-    for path in files:
-        for item in parse_file(path.read_bytes(), str(path), "conll"):
-            if isinstance(item, Quarantined):
-                stats["quarantined"] += 1
-                continue
-            doc, doc_stats = anonymize(item, max_chains=args.max_chains, too_many_chains="truncate")
-            stats.update({k: v for k, v in doc_stats.items() if isinstance(v, int)})
-            if doc is None:
-                continue
-            doc["sentences"] = [piece for s in doc["sentences"] for piece in _cut(s, args.max_sentence_len)]
-            if args.max_sentences > 0:
-                doc["sentences"] = doc["sentences"][: args.max_sentences]
-            split = assign_split(doc["doc_id"], seed=args.split_seed,
-                                 valid_fraction=args.valid_fraction, test_fraction=args.test_fraction)
-            splits[split].append(doc)
-    for name, docs in splits.items():
-        if not docs:
-            raise SystemExit(f"split {name!r} is empty: change --split-seed or the fractions")
-    counts = collections.Counter(w for d in splits["train"] for s in d["sentences"] for w in s)
-    data_cfg = DataConfig(inputs=[str(args.data_dir)], vocab_size=args.vocab_size, bpe_merges=0,
-                          max_chains=args.max_chains)
-    pre = Preprocessor.fit(dict(counts), data_cfg)
-    rows = {
-        name: [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
-               for d in docs]
-        for name, docs in splits.items()
-    }
-    for name, split_rows in rows.items():
-        stats[f"{name}_documents"] = len(split_rows)
-        stats[f"{name}_tokens"] = sum(r["num_tokens"] for r in split_rows)
-    return pre, rows, dict(stats)
-
-
 def model_config(args: argparse.Namespace, dynamic: str, merge_fn: str) -> ModelConfig:
     return ModelConfig.from_dict({
         "type": "dntm", "backbone": "lstm", "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
@@ -141,25 +65,18 @@ def model_config(args: argparse.Namespace, dynamic: str, merge_fn: str) -> Model
     })
 
 
-def train_and_evaluate(args, spec, rows, dynamic: str, merge_fn: str) -> dict:
-    torch.manual_seed(args.seed)
-    model = build_model(model_config(args, dynamic, merge_fn), spec).to(args.device)
-    train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
-                            bptt_sentences=args.bptt_sentences, grad_clip=0.25, early_stopping_patience=0,
-                            seed=args.seed)
+def train_and_evaluate(args, prepared, test_rows: list[dict], dynamic: str, merge_fn: str) -> dict:
+    """Train one model with the runner (the best validation epoch's weights kept); its test metrics."""
+    job = prepared_job(prepared, model_config(args, dynamic, merge_fn), TrainConfig(
+        bptt_tokens=0, lr_schedule="cosine", lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
+        bptt_sentences=args.bptt_sentences, grad_clip=0.25, early_stopping_patience=0, seed=args.seed))
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = fit(model,
-                 lambda epoch: batch_documents(rows["train"], spec, args.batch_size, seed=args.seed + epoch),
-                 lambda: batch_documents(rows["valid"], spec, args.batch_size, seed=None),
-                 train_cfg, task=LM_TASK)
-    test = evaluate_lm(model, batch_documents(rows["test"], spec, args.batch_size, seed=None))
+    run = local_run(job, prepared, device=args.device)
+    result = run.fit()
+    test = evaluate_lm(run.model, evaluation_batches(run.task, test_rows, run.spec, args.batch_size))
     return {**test, "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
             "best_epoch": result["best_epoch"],
             "valid_ppl": result["best_valid_objective"]}
-
-
-def _fmt(value: float) -> str:
-    return "nan" if math.isnan(value) else f"{value:.2f}"
 
 
 def format_table(results: list[tuple[str, str, dict]]) -> str:
@@ -167,9 +84,9 @@ def format_table(results: list[tuple[str, str, dict]]) -> str:
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for dynamic, merge_fn, r in results:
         name = "baseline RNNLM" if dynamic == "none" else "DNTM"
-        cells = [_fmt(r[key]) for key, _ in METRICS]
+        cells = [format_value(r[key]) for key, _ in METRICS]
         lines.append(f"| {name} | {dynamic} | {merge_fn if dynamic != 'none' else '-'} | " + " | ".join(cells)
-                     + f" | {_fmt(r['valid_ppl'])} | {r['seconds']:.0f} / {r['cpu_seconds']:.0f} |")
+                     + f" | {format_value(r['valid_ppl'])} | {r['seconds']:.0f} / {r['cpu_seconds']:.0f} |")
     return "\n".join(lines)
 
 
@@ -196,17 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     for d in dynamics:
         if d not in ("input", "output", "both"):
             raise SystemExit(f"--dynamics: unknown {d!r} (input, output, both)")
-    command = "python benchmarks/reproduce_dntm.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line("reproduce_dntm", argv)
     started = time.perf_counter()
-    pre, rows, stats = load_litbank(args)
-    spec = pre.spec
-    print(f"data: {stats}\nspec: {spec}", flush=True)
+    prepared, rows = prepare_litbank(args)
+    spec, stats = prepared.spec, split_sizes(rows)
+    print(f"data: {prepared.root}, {stats}\nspec: {spec}", flush=True)
     grid = [("none", "gru")] + [(d, m) for d in dynamics for m in merge_fns]
     results = []
     for dynamic, merge_fn in grid:
-        r = train_and_evaluate(args, spec, rows, dynamic, merge_fn)
+        r = train_and_evaluate(args, prepared, rows["test"], dynamic, merge_fn)
         results.append((dynamic, merge_fn, r))
-        print(f"{dynamic:>6} {merge_fn:>9}: " + "  ".join(f"{key}={_fmt(r[key])}" for key, _ in METRICS)
+        print(f"{dynamic:>6} {merge_fn:>9}: " + "  ".join(f"{key}={format_value(r[key])}" for key, _ in METRICS)
               + f"  ({r['seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU)", flush=True)
     table = format_table(results)
     total = time.perf_counter() - started

@@ -1,13 +1,13 @@
 """WikiText-2: static LM vs. dynamic evaluation (Krause et al., 2018) vs. the meta-learned
 dynamical LM (Wolf et al., 2018), with one budget, in one run.
 
-    python benchmarks/reproduce_dynamical.py                       # small CPU budget (~1.5 min, 1 thread)
-    python benchmarks/reproduce_dynamical.py --seed 1               # another static fit and batch order
-    python benchmarks/reproduce_dynamical.py --train-articles 60 --max-lines 12 --eval-articles 6 \
+    python -m benchmarks.reproduce_dynamical                       # small CPU budget (~1.5 min, 1 thread)
+    python -m benchmarks.reproduce_dynamical --seed 1               # another static fit and batch order
+    python -m benchmarks.reproduce_dynamical --train-articles 60 --max-lines 12 --eval-articles 6 \
         --vocab-size 5000 --hidden 96 --meta-steps 40                # 60 articles (~15 min, 1 thread)
-    python benchmarks/reproduce_dynamical.py --train-articles 200 --meta-articles 320 --max-lines 12 \
+    python -m benchmarks.reproduce_dynamical --train-articles 200 --meta-articles 320 --max-lines 12 \
         --eval-articles 10 --vocab-size 8000 --hidden 128 --meta-steps 40  # 200 articles, held-out meta-training (~45 min)
-    python benchmarks/reproduce_dynamical.py --device cuda --train-articles 600 --eval-articles 60 \
+    python -m benchmarks.reproduce_dynamical --device cuda --train-articles 600 --eval-articles 60 \
         --vocab-size 33000 --hidden 256 --meta-steps 600
 
 (c) uses the rational gate form and the compiled update by default (``--gate-form log_sigmoid``,
@@ -30,7 +30,11 @@ same batches (same lr, a fresh Adam like (c)'s) before evaluation, and (b) is (a
 validation over a small grid. With ``--select-every N`` (default) (a) and (c) keep the weights of
 their best valid ppl among step 0 and every N batches (validation-based selection, also of phi).
 Validation/test use the first ``--eval-articles`` articles of each split, read one article at a
-time by all three (``--eval-batch-size 1``). Writes one dated report section to ``--out``
+time by all three (``--eval-batch-size 1``). The articles are prepared by the library
+(:mod:`benchmarks.wikitext`: the vocabulary fitted on the train articles, ``--max-lines``
+paragraphs each); theta_0's fit, (a)'s extra training and (c)'s meta-training are built by the
+runner (:func:`dynlm.runner.local_run`: model, optimizer, schedule and batches, as ``dynlm train
+--local`` builds them). Writes one dated report section to ``--out``
 (default: a scratch file; benchmarks/results/dynamical_wikitext2.md collects the sections).
 """
 
@@ -39,40 +43,30 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import sys
 import time
-from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import torch
 
-from dynlm.data.batching import ChunkLayout, batch_documents
-from dynlm.data.config import DataConfig
-from dynlm.data.preprocessor import Preprocessor
-from dynlm.data.readers import parse_file
+from benchmarks.common import REPO, command_line, evaluation_batches, prepared_job
+from benchmarks.wikitext import DATA, prepare_articles, read_articles, rows_in_order
+from dynlm.data.batching import ChunkLayout
 from dynlm.dynamic_eval import choose_dynamic_eval, collect_grad_stats, dynamic_evaluate
 from dynlm.models.config import ModelConfig
-from dynlm.models.dynamical_lm import DynamicalLM
-from dynlm.models.rnn_lm import RNNLM
+from dynlm.runner import RankRun, local_run
 from dynlm.tasks.lm import LMTask
 from dynlm.tasks.lm_evaluation import evaluate_lm
-from dynlm.training import FitHooks, TrainConfig, fit, train_step
+from dynlm.train_config import TrainConfig
+from dynlm.training import train_step
 
 LM_TASK = LMTask()
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "wikitext-2"
 META_THETA_LR = 3e-4  # theta's lr during meta-training (c), and in (a)'s matching extra training
 # (b)'s and (c0)'s grid, tuned on validation: wide enough that the best eta is not at its edge, and
 # fine around the best values seen (3e-3, 4e-3), so that (c) is not ahead for want of a better eta of (b)
 DYNEVAL_ETAS = [3e-4, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 8e-3, 1e-2, 3e-2, 1e-1]
 DYNEVAL_LAMBDAS = [0.0, 0.01]
-
-
-def read_articles(split: str, limit: int, data_dir: Path = DATA) -> list[dict]:
-    path = Path(data_dir) / f"{split}.txt.gz"
-    docs = [d for d in parse_file(path.read_bytes(), str(path), "text") if isinstance(d, dict)]
-    return docs[:limit]
 
 
 def timed_eval(fn):
@@ -110,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the extra training of (a) and (c) reads the next N training articles, held out from "
                              "theta_0's fit (0: the --train-articles that theta_0 was fitted on)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="torch seed and batch-order seeds (epoch e of the static fit draws seed 1000*seed + e, "
-                             "extra / meta-training epoch e draws 1000*seed + 100 + e); 0 gives the runs reported before")
+                        help="the runs' train.seed: the initial weights and the order of the batches "
+                             "(dynlm.runner's seeds; the reports before the runner drew other batch orders)")
     parser.add_argument("--segment-len", type=int, default=32)
     parser.add_argument("--eval-layout", choices=["segments", "sentences"], default="segments",
                         help="valid / test read in chunks of --segment-len positions, or sentence by sentence")
@@ -138,57 +132,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "runs" / "dynamical_wikitext2.section.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
     device = torch.device(args.device)
     t_start = time.perf_counter()
 
-    def clip(docs):
-        if args.max_lines:
-            for d in docs:
-                d["sentences"] = d["sentences"][: args.max_lines]
-        return docs
-
-    train_docs = clip(read_articles("train", args.train_articles + args.meta_articles, args.data_dir))
-    train_docs, held_out_docs = train_docs[: args.train_articles], train_docs[args.train_articles:]
-    valid_docs = clip(read_articles("valid", args.eval_articles, args.data_dir))
-    test_docs = clip(read_articles("test", args.eval_articles, args.data_dir))
-    counts = Counter(w for d in train_docs for s in d["sentences"] for w in s)
-    pre = Preprocessor.fit(dict(counts), DataConfig(inputs=["wikitext-2"], vocab_size=args.vocab_size,
-                                                   gamma=1.0, bpe_merges=0, max_chains=1))
-    spec = pre.spec
-
-    def encode(docs):
-        return [{"doc_id": d["doc_id"], "source_file": d["source_file"], **pre.encode_document(d["sentences"])}
-                for d in docs]
-
-    train_rows, valid_rows, test_rows = encode(train_docs), encode(valid_docs), encode(test_docs)
+    train_articles = read_articles("train", args.train_articles + args.meta_articles, args.data_dir)
+    train_articles, held_out_articles = train_articles[: args.train_articles], train_articles[args.train_articles:]
+    prepared = prepare_articles({"train": train_articles, "valid": read_articles("valid", args.eval_articles, args.data_dir),
+                                 "test": read_articles("test", args.eval_articles, args.data_dir)},
+                                vocab_size=args.vocab_size, max_lines=args.max_lines)
+    spec = prepared.spec
     # what the extra training of (a) and (c) reads: theta_0's own articles, or articles it never saw
-    meta_rows = encode(held_out_docs) if args.meta_articles else train_rows
-    train_batches = lambda epoch: [b.to(device) for b in batch_documents(train_rows, spec, args.batch_size, seed=1000 * args.seed + epoch)]
+    # (then the train split of a folder of their own, encoded with theta_0's vocabulary)
+    meta_articles = held_out_articles if args.meta_articles else train_articles
+    meta_prepared = prepare_articles({"train": held_out_articles}, vocab_size=args.vocab_size, max_lines=args.max_lines,
+                                     preprocessor=prepared.preprocessor) if args.meta_articles else prepared
+    meta_rows = rows_in_order(meta_prepared, "train", meta_articles)
+    rows = {split: list(prepared.iter_rows(split)) for split in ("train", "valid", "test")}
     # evaluation reads each article in chunks of one segment (a segment that spans sentences is then
     # one product with the fast weights, not one per sentence), or sentence by sentence
     eval_layout = ChunkLayout(args.segment_len) if args.eval_layout == "segments" else None
-    valid = [b.to(device) for b in batch_documents(valid_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
-    test = [b.to(device) for b in batch_documents(test_rows, spec, args.eval_batch_size, seed=None, layout=eval_layout)]
-    tokens = {name: sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in rows)
-              for name, rows in (("train", train_rows), ("valid", valid_rows), ("test", test_rows))
-              + ((("meta", meta_rows),) if args.meta_articles else ())}
-    print(f"data: {tokens} target tokens, vocab {spec.output_size}", flush=True)
+    valid = evaluation_batches(LM_TASK, rows["valid"], spec, args.eval_batch_size, layout=eval_layout, device=device)
+    test = evaluation_batches(LM_TASK, rows["test"], spec, args.eval_batch_size, layout=eval_layout, device=device)
+    tokens = {name: sum(r["num_tokens"] - len(r["sentence_lengths"]) for r in split_rows)
+              for name, split_rows in (*rows.items(), *((("meta", meta_rows),) if args.meta_articles else ()))}
+    print(f"data: {prepared.root}, {tokens} target tokens, vocab {spec.output_size}", flush=True)
 
     meta_batches = 0  # document batches of the extra training on theta, counted once for (a) and (c)
     # the extra training's objective, measured in eval mode (no dropout) on the first 2 x --batch-size
     # articles that it reads
-    probe_rows = meta_rows[: 2 * args.batch_size]
-    train_probe = [b.to(device) for b in batch_documents(probe_rows, spec, 1, seed=None)]
+    train_probe = evaluation_batches(LM_TASK, meta_rows[: 2 * args.batch_size], spec, 1, device=device)
 
-    def extra_training(model, optimizer, cfg, gate_steps=None, curve=None, batch_size=None):
-        """``--meta-steps`` more document batches (epoch seeds 1000 * --seed + 100, + 101, ...), one train_step each;
-        ``gate_steps`` receives each step's gate statistics (the dynamical LM). With
-        ``--select-every N`` the model is evaluated on valid (and on ``train_probe``) at step 0
-        and every N steps; it ends with the weights of the best valid ppl (step 0 included), and
-        ``curve`` receives ``(step, train-probe ppl, valid ppl, train_step loss)`` rows."""
+    def extra_training(run: RankRun, gate_steps=None, curve=None):
+        """``--meta-steps`` more document batches of ``run`` (its train epochs 1, 2, ... in turn), one
+        train_step each of its model, optimizer and schedule; ``gate_steps`` receives each step's
+        gate statistics (the dynamical LM). With ``--select-every N`` the model is evaluated on
+        valid (and on ``train_probe``) at step 0 and every N steps; it ends with the weights of the
+        best valid ppl (step 0 included), and ``curve`` receives ``(step, train-probe ppl, valid
+        ppl, train_step loss)`` rows."""
         nonlocal meta_batches
-        batch_size = batch_size or args.batch_size
+        model, cfg = run.model, run.job.train
+        batch_size = cfg.batch_size
         total = args.meta_steps * args.batch_size // batch_size  # the same number of documents
         every = max(1, args.select_every * args.batch_size // batch_size)
         step, epoch, losses = 0, 0, []
@@ -210,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.select_every:
             checkpoint_on_valid()
         while step < total:
-            for batch in batch_documents(meta_rows, spec, batch_size, seed=1000 * args.seed + 100 + epoch):
-                batch = batch.to(device)
-                out = train_step(LM_TASK, model, batch, optimizer, cfg)
+            epoch += 1
+            for batch in run.train_batches(epoch):
+                out = train_step(run.task, model, batch.to(device), run.optimizer, cfg, scheduler=run.schedule)
                 losses.append(out["loss"])
                 gates = {k: v for k, v in out.items() if k.startswith("gate_")}
                 if gate_steps is not None and gates:  # a short document may end before its first update
@@ -222,7 +205,6 @@ def main(argv: list[str] | None = None) -> int:
                     checkpoint_on_valid()
                 if step >= total:
                     break
-            epoch += 1
         meta_batches = step * batch_size // args.batch_size
         if args.select_every:
             model.load_state_dict(best[2])
@@ -231,24 +213,31 @@ def main(argv: list[str] | None = None) -> int:
     # (a) static LM: theta_0 after fit, then the extra batches on theta alone (the budget (c) gets)
     model_cfg = ModelConfig.from_dict(dict(type="rnn", embed_dim=args.hidden, hidden_dim=args.hidden,
                                            num_layers=1, dropout=0.2, embedding="word"))
-    static = RNNLM(model_cfg, spec).to(device)
-    train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size, bptt_sentences=2,
-                            early_stopping_patience=args.patience)
-    fitted = fit(static, train_batches, lambda: valid, train_cfg, hooks=FitHooks(restore_best=True), task=LM_TASK)
+    train_cfg = TrainConfig(bptt_tokens=0, lr_schedule="cosine", lr=3e-3, epochs=args.static_epochs, batch_size=args.batch_size,
+                            bptt_sentences=2, early_stopping_patience=args.patience, seed=args.seed)
+    static_run = local_run(prepared_job(prepared, model_cfg, train_cfg), prepared, device=device)
+    fitted = static_run.fit()  # the best valid epoch's weights kept
+    static = static_run.model
     print(f"theta_0: epoch {fitted['best_epoch']} of {fitted['epochs_run']} (best valid ppl)", flush=True)
     theta_0 = copy.deepcopy(static.state_dict())  # (c) starts here
-    meta_cfg = train_cfg.replace(bptt_sentences=2)  # (a)'s extra training
+    # the extra training of (a) and (c): a fresh Adam at a constant rate, in batches of --meta-batch-size
+    meta_cfg = train_cfg.replace(lr=META_THETA_LR, lr_schedule="constant", batch_size=args.meta_batch_size,
+                                 early_stopping_patience=0)
     static_curve = []
     static_pick = 0
     if not args.freeze_theta:
-        static_pick = extra_training(static, torch.optim.Adam(static.parameters(), lr=META_THETA_LR), meta_cfg,
-                                     curve=static_curve, batch_size=args.meta_batch_size)
+        extra_run = local_run(prepared_job(meta_prepared, model_cfg, meta_cfg), meta_prepared, device=device)
+        extra_run.model.load_state_dict(theta_0)
+        static_pick = extra_training(extra_run, curve=static_curve)
+        static = extra_run.model
     results = {}
     results["static"] = [timed_eval(lambda: evaluate_lm(static, valid)), timed_eval(lambda: evaluate_lm(static, test))]
     print("static", [(m["ppl"], speed) for m, speed in results["static"]], flush=True)
+    # RMS statistics of (b) and (c0): the first 4 batches of the static fit's first epoch
+    statistics_batches = [batch.to(device) for batch in islice(static_run.train_batches(1), 4)]
 
     # (b) dynamic evaluation, eta / lambda tuned on validation
-    stats = collect_grad_stats(static, train_batches(0)[:4], segment_len=args.segment_len, max_segments=200)
+    stats = collect_grad_stats(static, statistics_batches, segment_len=args.segment_len, max_segments=200)
     best_cfg, grid = choose_dynamic_eval(static, valid, stats, etas=args.dyneval_etas, lambdas=DYNEVAL_LAMBDAS,
                                          segment_len=args.segment_len)
     print("dyneval grid", [(g["eta"], g["lambda"], round(g["ppl"], 2)) for g in grid], flush=True)
@@ -263,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         fast_params=args.fast_params.split(","), meta_hidden_dim=0, segment_len=args.segment_len, unroll_steps=args.unroll_steps,
         meta_lr=args.meta_lr, compile_update=args.compile_update, first_order=args.first_order,
         gate_form=args.gate_form))
-    dynamical = DynamicalLM(dyn_cfg, spec).to(device)
+    dynamical_run = local_run(prepared_job(meta_prepared, dyn_cfg, meta_cfg.replace(bptt_sentences=args.meta_bptt)),
+                              meta_prepared, device=device)
+    dynamical = dynamical_run.model  # its optimizer: theta at META_THETA_LR, phi at --meta-lr (param_groups)
     dynamical.lm.load_state_dict(theta_0)
     output_names = list(dynamical.adapted_parameter_names().values())
-    stats_0 = collect_grad_stats(dynamical.lm, train_batches(0)[:4], segment_len=args.segment_len, max_segments=200)
+    stats_0 = collect_grad_stats(dynamical.lm, statistics_batches, segment_len=args.segment_len, max_segments=200)
     init_cfg, init_grid = choose_dynamic_eval(dynamical.lm, valid, stats_0, etas=args.dyneval_etas,
                                               lambdas=DYNEVAL_LAMBDAS, segment_len=args.segment_len,
                                               names=output_names)
@@ -281,21 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     print("dynamical at init", [(m["ppl"], speed) for m, speed in results["init"]],
           "output-layer dynamic evaluation", check["ppl"], flush=True)
     gate_steps, meta_curve = [], []
-    groups = dynamical.param_groups(META_THETA_LR)
-    if args.freeze_theta:
-        groups = [g for g in groups if g["name"] != "lm"]
+    if args.freeze_theta:  # theta gets no gradient, so the optimizer leaves it as it is
         for p in dynamical.lm.parameters():
             p.requires_grad_(False)
-    meta_pick = extra_training(dynamical, torch.optim.Adam(groups), meta_cfg.replace(bptt_sentences=args.meta_bptt),
-                               gate_steps, meta_curve,
-                               batch_size=args.meta_batch_size)
+    meta_pick = extra_training(dynamical_run, gate_steps, meta_curve)
     for p in dynamical.lm.parameters():
         p.requires_grad_(True)
     results["dynamical"] = [timed_eval(lambda: evaluate_lm(dynamical, valid)), timed_eval(lambda: evaluate_lm(dynamical, test))]
     print("dynamical", [(m["ppl"], speed) for m, speed in results["dynamical"]], flush=True)
     total = time.perf_counter() - t_start
 
-    command = "python benchmarks/reproduce_dynamical.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("reproduce_dynamical", argv)
     lines = [
         f"## {time.strftime('%Y-%m-%d')}: meta-learner started at dynamic evaluation",
         "",

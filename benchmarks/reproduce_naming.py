@@ -20,12 +20,17 @@ for), the y-axis F1 over subtokens / exact match of the top suggestion where it 
 Markdown report has the exact command, the data counts, the curve, F1@1 and exact@1/5 at 100 %
 and at ~20 % suggestion frequency, neologisms, the NLL and a discussion computed from the figures.
 
-Usage (default: ~2 CPU-minutes, 3-5 min wall on a shared 2-core CPU, 1 torch thread; ``--quick``: 80
-files, under a minute)::
+The files are prepared by the naming task's stages in this process
+(:func:`dynlm.tasks.local.prepare_in_memory`) and both LBL models are trained by the runner over
+those rows (:func:`benchmarks.common.rows_run`: :func:`dynlm.runner.build_rank_run`'s model,
+optimizer and batches, as ``dynlm train`` builds them).
 
-    python benchmarks/reproduce_naming.py
-    python benchmarks/reproduce_naming.py --quick
-    python benchmarks/reproduce_naming.py --input /path/to/python/project --output /tmp/naming.md
+Usage (from the repository root; default: ~2 CPU-minutes, 3-5 min wall on a shared 2-core CPU,
+1 torch thread; ``--quick``: 80 files, under a minute)::
+
+    python -m benchmarks.reproduce_naming
+    python -m benchmarks.reproduce_naming --quick
+    python -m benchmarks.reproduce_naming --input /path/to/python/project --output /tmp/naming.md
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import argparse
 import collections
 import math
 import platform
-import shlex
 import sys
 import sysconfig
 import time
@@ -42,16 +46,16 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import REPO, RESULTS, command_line, rows_run
+from dynlm.job import JobConfig
 from dynlm.models.naming import UNK, NamingModelConfig
 from dynlm.models.naming_baseline import FrequencyBaseline
 from dynlm.tasks.local import PreparedInMemory, files_table, prepare_in_memory
 from dynlm.tasks.naming import NamingTask, SuggestionReader, score_suggestions
 from dynlm.tasks.naming_data import NamingDataConfig
 from dynlm.tasks.naming_metrics import NamingMetrics, subtoken_scores
-from dynlm.training import TrainConfig, fit
+from dynlm.train_config import TrainConfig
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 QUICK_DIR = REPO / "runs" / "naming_quick"
 SPLITS = ("train", "valid", "test")
 # The suggesters, in the order of the tables and the figure's legend.
@@ -154,19 +158,19 @@ def model_config(args: argparse.Namespace, model_type: str) -> NamingModelConfig
 
 
 def train_and_evaluate(task: NamingTask, args, spec, splits: dict[str, list[dict]], model_type: str) -> dict:
-    """Train one LBL model with early stopping on valid F1@1 (best epoch's weights kept); its TEST metrics."""
-    torch.manual_seed(args.seed)
-    model = task.build_model(model_config(args, model_type), spec).to(args.device)
-    train_cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, grad_clip=0.0,
-                            early_stopping_patience=args.patience, lr_schedule="constant", seed=args.seed)
+    """Train one LBL model with the runner, early stopping on valid F1@1 (best epoch's weights kept); its TEST metrics."""
+    job = JobConfig(task=task.name, data=data_config(args), model=model_config(args, model_type), train=TrainConfig(
+        lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, grad_clip=0.0,
+        early_stopping_patience=args.patience, lr_schedule="constant", seed=args.seed))
     started, cpu_started = time.perf_counter(), time.process_time()
 
     def on_epoch(epoch: int, record: dict) -> None:
         print(f"  {model_type:>8} epoch {epoch}: train ppl {record['train_ppl']:.1f}  valid F1@1 "
               f"{record['valid_f1_at_1']:.3f}  ({record['train_seconds']:.0f} s training)", flush=True)
 
-    result = fit(model, lambda epoch: task.batches(splits["train"], spec, args.batch_size, seed=args.seed + epoch),
-                 lambda: task.batches(splits["valid"], spec, 256, seed=None), train_cfg, task=task, on_epoch=on_epoch)
+    run = rows_run(job, spec, splits["train"], splits["valid"], device=args.device)
+    result = run.fit(on_epoch=on_epoch)
+    model = run.model
     test = task.evaluate(model, task.batches(splits["test"], spec, 256, seed=None))
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return {**test, "seconds": seconds, "cpu_seconds": cpu_seconds,
@@ -451,8 +455,7 @@ def build_report(args: argparse.Namespace, command: str, counts: dict, results: 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    command = "python benchmarks/reproduce_naming.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line("reproduce_naming", argv)
     started = time.perf_counter()
     task = NamingTask()
     done, counts = prepare(task, args)

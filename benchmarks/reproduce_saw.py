@@ -17,14 +17,19 @@ The claim is tested question by question: an exact McNemar test on the questions
 and the best word+subword disagree (overall and on OOV-answer questions, held-back cloze and user
 queries), so that a few points on a few hundred questions are not read as a finding.
 
-Usage (default, the paper's full sweep ranges: ~60 min on 2 cores with ``--jobs 2``, 1 torch thread
-per run; ``--quick``: ~10 min)::
+The questions are prepared by the cloze task's stages in this process
+(:func:`dynlm.tasks.local.prepare_in_memory`) and every reader is trained by the runner over those
+rows (:func:`benchmarks.common.rows_run`: :func:`dynlm.runner.build_rank_run`'s model, optimizer and
+batches, as ``dynlm train`` builds them).
 
-    python benchmarks/reproduce_saw.py --jobs 2
-    python benchmarks/reproduce_saw.py --quick
+Usage (from the repository root; default, the paper's full sweep ranges: ~60 min on 2 cores with
+``--jobs 2``, 1 torch thread per run; ``--quick``: ~10 min)::
+
+    python -m benchmarks.reproduce_saw --jobs 2
+    python -m benchmarks.reproduce_saw --quick
     # the reader at full size on a GPU, same data (the paper's ~354k training questions are not in
     # this snapshot, and this script reads only the two validation sets):
-    python benchmarks/reproduce_saw.py --device cuda --threads 8 --embed-dim 200 --hidden-size 128 --epochs 10 --jobs 1
+    python -m benchmarks.reproduce_saw --device cuda --threads 8 --embed-dim 200 --hidden-size 128 --epochs 10 --jobs 1
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ import argparse
 import math
 import os
 import platform
-import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -42,15 +46,16 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import RESULTS, SHARED_DATA, command_line, rows_run
+from dynlm.job import JobConfig
 from dynlm.models.ga_reader import GAReaderConfig
 from dynlm.tasks.cloze import ClozeTask
 from dynlm.tasks.cloze_data import ClozeDataConfig, batch_questions
 from dynlm.tasks.local import files_table, prepare_in_memory
-from dynlm.training import TrainConfig, fit, model_device
+from dynlm.train_config import TrainConfig
+from dynlm.training import model_device
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
-DATA = Path(os.environ.get("DYNLM_SHARED_DATA", REPO.parent / "shared" / "data")) / "cmrc2017"
+DATA = Path(os.environ.get("DYNLM_SHARED_DATA", SHARED_DATA)) / "cmrc2017"
 ANCHORS = (("CMRC-2017 leaderboard, best single model", 76.15, 77.73), ("AS Reader (CMRC-2017 baseline)", 69.75, 71.23))
 
 
@@ -83,35 +88,41 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def data_config(args, merges: int, gamma: float) -> ClozeDataConfig:
+    """The cloze data config of the cloze-track validation files with ``merges`` BPE merges and short list ``gamma``."""
+    cloze = [args.data / "cloze.valid.doc_query.gz", args.data / "cloze.valid.answer"]
+    return ClozeDataConfig(inputs=[str(p) for p in cloze], vocab_size=args.vocab_size, gamma=gamma, bpe_merges=merges,
+                           valid_fraction=args.valid_fraction, test_fraction=args.test_fraction, split_seed=args.seed)
+
+
 def prepare(task: ClozeTask, args, merges: int, gamma: float) -> dict:
     """Cloze train/valid/test rows (split by document) + every user-query row, one preprocessor."""
-    cloze = [args.data / "cloze.valid.doc_query.gz", args.data / "cloze.valid.answer"]
-    cfg = ClozeDataConfig(inputs=[str(p) for p in cloze], vocab_size=args.vocab_size, gamma=gamma, bpe_merges=merges,
-                          valid_fraction=args.valid_fraction, test_fraction=args.test_fraction, split_seed=args.seed)
-    done = prepare_in_memory(task, files_table(cloze), cfg)
+    cfg = data_config(args, merges, gamma)
+    done = prepare_in_memory(task, files_table(cfg.inputs), cfg)
     user = [args.data / "user.valid.doc_query.gz", args.data / "user.valid.answer"]
     user_done = prepare_in_memory(task, files_table(user), cfg.replace(inputs=[str(p) for p in user]),
                                   preprocessor=done.preprocessor, require_train=False)
     splits = done.splits
     if args.quick:
         splits["train"] = splits["train"][:600]
-    return {"preprocessor": done.preprocessor, **splits, "user": user_done.rows(),
+    return {"preprocessor": done.preprocessor, "data_config": cfg, **splits, "user": user_done.rows(),
             "quarantined": len(done.rejected()) + len(user_done.rejected())}
 
 
 def run(task: ClozeTask, args, data: dict, embedding: str, combine: str, label: str) -> dict:
-    torch.manual_seed(args.seed)
+    """Train one reader with the runner (early stopping on valid accuracy, the best epoch's weights
+    kept); its held-back cloze and user-query accuracy."""
     spec = data["preprocessor"].spec
     model_cfg = GAReaderConfig(embedding=embedding, combine=combine, embed_dim=args.embed_dim,
                                subword_dim=args.subword_dim, hidden_size=args.hidden_size)
-    model = task.build_model(model_cfg, spec).to(args.device)
-    train_cfg = TrainConfig(lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, grad_clip=5.0,
-                            early_stopping_patience=args.patience, lr_schedule="constant", seed=args.seed)
+    job = JobConfig(task=task.name, data=data["data_config"], model=model_cfg, train=TrainConfig(
+        lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, grad_clip=5.0,
+        early_stopping_patience=args.patience, lr_schedule="constant", seed=args.seed))
     started = time.perf_counter()
-    result = fit(model, lambda epoch: task.batches(data["train"], spec, args.batch_size, seed=args.seed + epoch),
-                 lambda: task.batches(data["valid"], spec, 64, seed=None), train_cfg, task=task,
-                 on_epoch=lambda e, r: print(f"    {label}, epoch {e}: train loss {r['train_loss']:.3f}  valid acc "
-                                             f"{r['valid_accuracy']:.3f}", flush=True))
+    reader_run = rows_run(job, spec, data["train"], data["valid"], device=args.device)
+    result = reader_run.fit(on_epoch=lambda e, r: print(f"    {label}, epoch {e}: train loss {r['train_loss']:.3f}  "
+                                                        f"valid acc {r['valid_accuracy']:.3f}", flush=True))
+    model = reader_run.model
     test = task.evaluate(model, task.batches(data["test"], spec, 64, seed=None))
     user = task.evaluate(model, task.batches(data["user"], spec, 64, seed=None))
     return {"test": test, "user": user, "best_epoch": result["best_epoch"], "seconds": time.perf_counter() - started,
@@ -251,10 +262,10 @@ def main(argv=None) -> int:
     word, top = integration_runs["word only"], integration_runs[best]
     lines = [
         "# SAW Reader on CMRC-2017 (small CPU run)", "",
-        f"Command: `{shlex.join([sys.executable.rsplit('/', 1)[-1], 'benchmarks/reproduce_saw.py', *(argv or sys.argv[1:])])}`  ",
+        f"Command: `{command_line('reproduce_saw', argv)}`  ",
         f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} thread(s) per run, {args.jobs} run(s) at once, load average "
         f"{os.getloadavg()[0]:.1f}; total {time.perf_counter() - started:.0f} s.", "",
-        "Full-size reader on a GPU (same data): `python benchmarks/reproduce_saw.py --device cuda --threads 8 "
+        "Full-size reader on a GPU (same data): `python -m benchmarks.reproduce_saw --device cuda --threads 8 "
         "--embed-dim 200 --hidden-size 128 --epochs 10 --jobs 1`.", "",
         "## What was trained on", "",
         f"The CMRC-2017 **cloze validation set** (2,000 questions, one document each) split by a hash of the document id: "

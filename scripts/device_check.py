@@ -1,36 +1,36 @@
 """GPU check of the training path without Ray: NCCL process group + DDP + bf16 autocast.
 
-Runs the library's own ``train_step``/``evaluate`` on a DDP-wrapped model over the synthetic
-corpus, on every local GPU (one process per GPU through torch.multiprocessing), and prints
-training tokens/s, the loss per epoch and the mean GPU utilization sampled with nvidia-smi.
+Each process is one rank as a Ray Train worker builds it (:func:`dynlm.runner.build_rank_run`:
+model, optimizer, schedule and this rank's batches; the task's DDP wrapper; :meth:`RankRun.fit`)
+over the synthetic corpus, on every local GPU (one process per GPU through
+torch.multiprocessing), and prints training tokens/s, the loss per epoch and the mean GPU
+utilization sampled with nvidia-smi.
 Ray and MLflow are not needed, so this runs on a bare CUDA image with only torch, tokenizers,
 pyarrow and pyyaml.
 
 Usage::
 
-    PYTHONPATH=. python3 scripts/device_check.py --epochs 3 --model dntm
+    python3 -m scripts.device_check --epochs 3 --model dntm     # from the repository root
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
-import time
+from itertools import islice
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dynlm.data.batching import batch_documents
 from dynlm.data.config import DataConfig
 from dynlm.data.synth import SynthConfig, write_conll
-from dynlm.distributed import EveryParameterUsed
-from dynlm.models import build_model
-from dynlm.models.config import ModelConfig
-from dynlm.optim import build_optimizer
+from dynlm.job import JobConfig
+from dynlm.runner import build_rank_run, total_steps
 from dynlm.tasks.local import prepare_local
-from dynlm.training import TrainConfig, evaluate, set_seed, train_step
+from dynlm.training import FitHooks
 from scripts.gpu_sampler import GpuSampler
 
 
@@ -42,45 +42,35 @@ def worker(rank: int, world: int, args: argparse.Namespace, root: str) -> None:
     if cuda:
         torch.cuda.set_device(rank)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     bf16 = args.precision == "bf16" or (args.precision == "auto" and cuda)
-    autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)  # noqa: E731
     from dynlm.data.prepared import PreparedData
 
     prepared = PreparedData.open(root)
-    spec = prepared.spec
-    set_seed(0)
-    model_cfg = ModelConfig.from_dict({"type": args.model, "embed_dim": args.dim, "hidden_dim": args.dim,
-                                       "dntm": {"dynamic": "both", "merge_fn": "gru"}})
-    model = build_model(model_cfg, spec).to(device)
-    # A chunk without mentions leaves the merge parameters out of the graph: anchor them all.
-    ddp = torch.nn.parallel.DistributedDataParallel(EveryParameterUsed(model), device_ids=[rank] if cuda else None)
-    train_cfg = TrainConfig.from_dict({"lr": 3e-3, "epochs": args.epochs, "batch_size": args.batch_size,
-                                       "bptt_sentences": 8, "lr_schedule": "constant"})
-    optimizer = build_optimizer(model, train_cfg)
-    rows = list(prepared.iter_rows("train"))[rank::world]
-    valid_rows = list(prepared.iter_rows("valid"))
-    for epoch in range(1, args.epochs + 1):
-        batches = [b.to(device) for b in batch_documents(rows, spec, train_cfg.batch_size, seed=epoch)]
-        sync()
-        start, tokens, losses = time.perf_counter(), 0, []
-        with GpuSampler() as util, autocast():
-            for batch in batches:
-                out = train_step(ddp, batch, optimizer, train_cfg)
-                tokens += out["tokens"]
-                losses.append(out["loss"])
-            sync()
-        seconds = time.perf_counter() - start
-        with autocast():
-            valid = evaluate(ddp, [b.to(device) for b in batch_documents(valid_rows, spec, 16, sort_by_length=True)])
-        checksum = torch.tensor([sum(float(p.detach().double().sum()) for p in model.parameters())], device=device)
-        gathered = [torch.zeros_like(checksum) for _ in range(world)]
-        dist.all_gather(gathered, checksum)
-        if rank == 0:
-            same = all(torch.equal(g, gathered[0]) for g in gathered)
-            print(f"[{args.model}] epoch {epoch}: train loss {sum(losses) / len(losses):.3f}  valid ppl {valid['ppl']:.2f}  "
-                  f"re-appearing ppl {valid['ppl_reappearing']:.2f}  {tokens * world / seconds:,.0f} train tokens/s "
-                  f"(world {world})  GPU util {util.mean if util.mean is not None else float('nan'):.0f}%  params equal across ranks: {same}", flush=True)
+    job = JobConfig.from_dict({
+        "data": prepared.manifest["config"],
+        "model": {"type": args.model, "embed_dim": args.dim, "hidden_dim": args.dim,
+                  "dntm": {"dynamic": "both", "merge_fn": "gru"}},
+        "train": {"lr": 3e-3, "epochs": args.epochs, "batch_size": args.batch_size, "lr_schedule": "constant",
+                  "early_stopping_patience": 0},
+        "run": {"num_workers": world}})
+    run = build_rank_run(job, prepared.spec, train_rows=lambda _buffer: islice(prepared.iter_rows("train"), rank, None, world),
+                         valid_rows=lambda _buffer: prepared.iter_rows("valid"), steps=total_steps(job, prepared),
+                         rank=rank, world_size=world, device=device)
+    ddp = torch.nn.parallel.DistributedDataParallel(run.task.wrap_for_ddp(run.model), device_ids=[rank] if cuda else None)
+    hooks = FitHooks(rank=rank, spec=run.spec, autocast_dtype=torch.bfloat16 if bf16 else None, restore_best=False)
+    with GpuSampler() as util:
+        read = {"samples": 0}  # the utilisation samples of the epochs before
+
+        def on_epoch(epoch: int, record: dict) -> None:
+            samples, read["samples"] = util.samples[read["samples"]:], len(util.samples)
+            if rank == 0:
+                print(f"[{args.model}] epoch {epoch}: train loss {record['train_loss']:.3f}  valid ppl "
+                      f"{record['valid_ppl']:.2f}  re-appearing ppl {record['valid_ppl_reappearing']:.2f}  "
+                      f"{record['train_tokens_per_s']:,.0f} train tokens/s (world {world})  GPU util "
+                      f"{statistics.mean(samples) if samples else float('nan'):.0f}%  params equal across ranks: "
+                      f"{record['param_checksum_spread'] == 0}", flush=True)
+
+        run.fit(wrapped=ddp, hooks=hooks, on_epoch=on_epoch)
     dist.destroy_process_group()
 
 

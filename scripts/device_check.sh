@@ -19,18 +19,18 @@ run() {  # run NAME SECONDS CMD...: each step has its own time limit and log
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, tokenizers, pyarrow, yaml; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
-run ddp_nccl_bf16 75 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32
+run ddp_nccl_bf16 75 python3 -m scripts.device_check --model dntm --epochs 3 --dim 256 --batch-size 32
 # A/B of the bf16 divergence seen on the H200 (CPU bf16 autocast trains normally on this config)
-run ddp_nccl_fp32 75 python3 scripts/device_check.py --model dntm --epochs 3 --dim 256 --batch-size 32 --precision fp32
-run rnn_bf16 60 python3 scripts/device_check.py --model rnn --epochs 3 --dim 256 --batch-size 32
+run ddp_nccl_fp32 75 python3 -m scripts.device_check --model dntm --epochs 3 --dim 256 --batch-size 32 --precision fp32
+run rnn_bf16 60 python3 -m scripts.device_check --model rnn --epochs 3 --dim 256 --batch-size 32
 # issue 11: no host synchronisation inside a step (exit 1 names the op), then real LitBank documents
 # at the report size (E 256, 2 x 512, 64 rows) in packed rows against the plain-stream loop
-run sync_check 60 python3 scripts/sync_check.py --device cuda
-run bench_litbank_gpu 120 python3 benchmarks/bench_models.py --device cuda --threads 0 --corpus litbank \
+run sync_check 60 python3 -m scripts.sync_check --device cuda
+run bench_litbank_gpu 120 python3 -m benchmarks.bench_models --device cuda --threads 0 --corpus litbank \
     --data-dir "$DATA/litbank/conll" --max-docs 80 --max-sentences 0 --embed-dim 256 --hidden-dim 512 --num-layers 2 \
     --batch-size 64 --stream-batch 64 --layouts packed --rounds 2
-run bench_models 45 python3 benchmarks/bench_models.py --device cuda --threads 0 --embed-dim 256 --hidden-dim 256 --batch-size 32 --batches 4 --rounds 2
-run reproduce_dntm ${DNTM_LIMIT:-190} python3 benchmarks/reproduce_dntm.py --device cuda --data-dir "$DATA/litbank/conll" \
+run bench_models 45 python3 -m benchmarks.bench_models --device cuda --threads 0 --embed-dim 256 --hidden-dim 256 --batch-size 32 --batches 4 --rounds 2
+run reproduce_dntm ${DNTM_LIMIT:-190} python3 -m benchmarks.reproduce_dntm --device cuda --data-dir "$DATA/litbank/conll" \
     --epochs ${DNTM_EPOCHS:-5} --batch-size 16 --embed-dim 128 --hidden-dim 256 --output "$OUT/dntm_litbank.md"
-run reproduce_dynamical ${DYN_LIMIT:-190} python3 benchmarks/reproduce_dynamical.py --device cuda ${DYN_ARGS:-} --out "$OUT/dynamical_wikitext2.md"
+run reproduce_dynamical ${DYN_LIMIT:-190} python3 -m benchmarks.reproduce_dynamical --device cuda ${DYN_ARGS:-} --out "$OUT/dynamical_wikitext2.md"
 exit 0

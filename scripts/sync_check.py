@@ -6,7 +6,7 @@ On a GPU every operation that makes the host wait for the device (``.item()``, `
 exits 1 if there is any. On a CPU it runs the same steps without the check (to test the script).
 Needs only torch and the repository (no Ray, no MLflow)::
 
-    PYTHONPATH=. python3 scripts/sync_check.py --device cuda
+    python3 -m scripts.sync_check --device cuda     # from the repository root
 """
 
 from __future__ import annotations
@@ -14,19 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from bench_models import synthetic_rows  # noqa: E402
-
-from dynlm.data.batching import ChunkLayout, batch_documents  # noqa: E402
-from dynlm.losses import chunk_loss  # noqa: E402
-from dynlm.models import build_model, needs_whole_sentences  # noqa: E402
-from dynlm.models.config import DNTMSettings, ModelConfig  # noqa: E402
-from dynlm.vocab_spec import VocabSpec  # noqa: E402
+from benchmarks.bench_models import synthetic_rows
+from dynlm.data.batching import ChunkLayout, batch_documents
+from dynlm.losses import chunk_loss
+from dynlm.models import build_model, needs_whole_sentences
+from dynlm.models.config import DNTMSettings, ModelConfig
+from dynlm.vocab_spec import VocabSpec
 
 
 def one_step(model, optimizer, chunk, state):

@@ -1,0 +1,1 @@
+"""Setup, test and device-check scripts (``scripts.gpu_sampler`` is imported by the benchmarks)."""
