@@ -46,7 +46,7 @@ def test_a_task_outside_dynlm_prepares_trains_registers_and_evaluates(ray_sessio
     root = prepared_folder(out)
     prepared = PreparedData.open(root)
     assert prepared.manifest["task"] == CHAR_TASK and prepared.root.parent == tmp_path / "runs" / "prepared"
-    assert prepared.spec.num_chars == 33 and all(prepared.num_documents(s) for s in ("train", "valid", "test"))
+    assert prepared.spec.num_units == 33 and all(prepared.num_documents(s) for s in ("train", "valid", "test"))
 
     assert main(["train", "--config", "job.yaml", "--json"]) == 0
     captured = capsys.readouterr()

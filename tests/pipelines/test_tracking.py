@@ -384,7 +384,9 @@ def test_unreachable_server_is_one_line_before_ray(tmp_path, processes):
         assert done.stderr.splitlines()[-1].startswith(
             f"dynlm: error: MLflow tracking server {uri} is not reachable ("), (verb, done.stderr)
         assert "Traceback" not in done.stderr, verb
-        assert seconds < 15, (verb, seconds)
+        # seconds, not MLflow's minutes of retries; the bound leaves room for the CLI's imports on a
+        # loaded machine (16.8 s once for `run` in a full suite run on 2 cores, nice 10)
+        assert seconds < 40, (verb, seconds)
         assert list(ray_tmp.iterdir()) == [], (verb, "Ray was started")  # no Ray session folder
 
 
