@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in run.train_batches(epoch):
                 out = train_step(run.task, model, batch.to(device), run.optimizer, cfg, scheduler=run.schedule)
                 losses.append(out["loss"])
-                gates = {k: v for k, v in out.items() if k.startswith("gate_")}
+                gates = out["stats"]  # the dynamical LM's gate statistics
                 if gate_steps is not None and gates:  # a short document may end before its first update
                     gate_steps.append(gates)
                 step += 1

@@ -189,8 +189,8 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
     Returns:
         ``loss`` (mean NLL per target), ``ppl``, ``tokens`` (targets), ``num_padded``,
         ``documents``, ``steps`` (optimizer steps taken in this call), ``nll_sum``,
-        ``grad_norm`` (mean pre-clip norm), ``lr``; plus the mean of each of the chunks'
-        ``stats`` (the dynamical LM's ``gate_*``).
+        ``grad_norm`` (mean pre-clip norm), ``lr``; ``stats``: the mean of each of the chunks'
+        ``StepLoss.stats`` (the dynamical LM's ``gate_*``; empty for a task without them).
     """
     core = unwrap_model(model)
     model.train()
@@ -238,7 +238,7 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
         "nll_sum": nll,
         "grad_norm": float(torch.stack(grad_norms).mean()) if grad_norms else float("nan"),
         "lr": optimizer.param_groups[0]["lr"],
-        **{key: float(torch.cat([s[key].reshape(-1) for s in stats]).mean()) for key in (stats[0] if stats else {})},
+        "stats": {key: float(torch.cat([s[key].reshape(-1) for s in stats]).mean()) for key in (stats[0] if stats else {})},
     }
 
 
@@ -277,11 +277,11 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
     Returns:
         This rank's sums: ``nll_sum``, ``tokens``, ``num_padded``, ``documents``, ``steps``
         (optimizer steps, equal on every rank), ``idle_batches`` (inactive dummy batches run);
-        ``gate_means``: the dynamical LM's per-step gate statistics (``gate_input_mean`` ...)
-        averaged over this rank's batches (empty for other models).
+        ``stat_means``: the task's step statistics (``StepLoss.stats``: the dynamical LM's
+        ``gate_input_mean`` ...) averaged over this rank's batches (empty for other tasks).
     """
     totals = {"nll_sum": 0.0, "tokens": 0, "num_padded": 0, "documents": 0, "steps": 0, "idle_batches": 0}
-    gate_steps: list[dict] = []
+    batch_stats: list[dict] = []
     iterator = iter(batches)
     accumulation = Accumulation(cfg.accumulate_steps)  # a group may span batches
     while True:
@@ -292,8 +292,8 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             if accumulation.finish(model):  # the epoch's last group, cut short: every rank steps on it
                 optimizer_step(unwrap_model(model), optimizer, cfg.grad_clip, schedule)
                 totals["steps"] += 1
-            totals["gate_means"] = {key: sum(g[key] for g in gate_steps) / len(gate_steps)
-                                    for key in (gate_steps[0] if gate_steps else {})}
+            totals["stat_means"] = {key: sum(b[key] for b in batch_stats) / len(batch_stats)
+                                    for key in (batch_stats[0] if batch_stats else {})}
             return totals
         totals["idle_batches"] += batch is None
         step_batch = task.pad_batch(batch, int(max_size), spec)
@@ -306,7 +306,8 @@ def train_one_epoch(model, optimizer, schedule: LRSchedule, cfg: TrainConfig, ba
             totals["tokens"] += out["tokens"]
             totals["num_padded"] += out["num_padded"]
             totals["documents"] += out["documents"]
-            gate_steps.append({k: v for k, v in out.items() if k.startswith("gate_")})
+            if out["stats"]:
+                batch_stats.append(out["stats"])
 
 
 def _epoch_hook(after_step: Callable[[dict], None], before: dict, counted: bool) -> Callable[[dict], None]:
@@ -346,7 +347,7 @@ class FitState:
 
 
 def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, valid: dict, lr: float,
-                 state: FitState, checksums: list[float], gate_means: dict | None = None, *,
+                 state: FitState, checksums: list[float], stat_means: dict | None = None, *,
                  objective_metric: str = "ppl") -> dict:
     """The one epoch record (console, MLflow, Tune, checkpoints): ``totals`` are the all-ranks
     sums ``[nll, tokens, padded positions, documents, idle batches]``; ``valid_objective`` is
@@ -365,7 +366,7 @@ def epoch_record(epoch: int, totals: list[float], steps: int, seconds: float, va
         "train_idle_batches": int(idle),
         "train_seconds": seconds,
         "lr": lr,
-        **{f"train_{k}": v for k, v in (gate_means or {}).items()},  # this rank's, dynamical LM only
+        **{f"train_{k}": v for k, v in (stat_means or {}).items()},  # this rank's step statistics (the dynamical LM's gates)
         **{f"valid_{k}": v for k, v in valid.items() if not k.startswith("nll_sum_")},  # counts kept
         "valid_objective": valid[objective_metric],
         "objective_metric": objective_metric,
@@ -481,7 +482,7 @@ def fit(
             best_weights = copy.deepcopy(core.state_dict())
         checksums = all_gather_floats(parameter_checksum(core), device)
         record = epoch_record(epoch, totals, local["steps"], seconds, valid, optimizer.param_groups[0]["lr"],
-                              state, checksums, local["gate_means"], objective_metric=task.primary_metric)
+                              state, checksums, local["stat_means"], objective_metric=task.primary_metric)
         state.epoch = epoch
         state.history.append(record)
         if on_epoch is not None and on_epoch(epoch, record):

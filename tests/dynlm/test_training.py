@@ -238,11 +238,11 @@ def test_train_one_epoch_averages_the_dynamical_gate_statistics():
                                  torch.device("cpu"), spec=spec, task=LM_TASK)
         assert totals["steps"] == 2
         if expect_gates:
-            assert set(totals["gate_means"]) == {"gate_input_mean", "gate_input_std", "gate_forget_mean",
+            assert set(totals["stat_means"]) == {"gate_input_mean", "gate_input_std", "gate_forget_mean",
                                                  "gate_forget_std"}
-            assert totals["gate_means"]["gate_input_mean"] == pytest.approx(1.0, abs=0.05)
+            assert totals["stat_means"]["gate_input_mean"] == pytest.approx(1.0, abs=0.05)
         else:
-            assert totals["gate_means"] == {}
+            assert totals["stat_means"] == {}
 
 
 def test_train_one_epoch_calls_its_hook_after_every_chunk(tiny_spec, random_rows):

@@ -252,7 +252,8 @@ def test_meta_training_from_dynamic_evaluation_beats_it_and_logs_moving_gates():
     before = evaluate_lm(model, held_out)["loss"]
     optimizer = torch.optim.Adam(model.meta_learner.parameters(), lr=0.05)
     cfg = TrainConfig(bptt_tokens=0, bptt_sentences=2, grad_clip=1.0)
-    metrics = [train_step(LM_TASK, model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg) for step in range(10)]
+    metrics = [train_step(LM_TASK, model, _random_docs(8, 12, 2, seed=300 + step), optimizer, cfg)["stats"]
+               for step in range(10)]
     after = evaluate_lm(model, held_out)["loss"]
     assert metrics[0]["gate_input_mean"] == pytest.approx(1.0) and metrics[0]["gate_input_std"] == 0.0
     assert metrics[-1]["gate_input_mean"] > 1.3  # the learned step is larger than dynamic evaluation's
