@@ -48,7 +48,8 @@ def random_batch(batch_size: int, spec: NamingSpec, generator: torch.Generator) 
     for row, length in enumerate(lengths.tolist()):
         subtokens[row, :length] = torch.randint(START + 1, NUM_SUBTOKENS, (length,), generator=generator)
         subtokens[row, length] = END
-    return FunctionBatch(NamingBatch(features, context, names, subtokens), [()] * batch_size, spec)
+    return FunctionBatch(NamingBatch(features, context, names, subtokens), [()] * batch_size, spec,
+                         [False] * batch_size)
 
 
 def best_seconds(run, repeats: int) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from dynlm import storage
 from dynlm.config import Config, ConfigError, config_hash
@@ -23,9 +23,6 @@ DATA_FORMAT_VERSION = 4
 # Fields that change where/how fast the data is written, not what is written. ``inputs`` is
 # replaced by the listing of what the inputs contain.
 _NOT_HASHED = ("inputs", "output_root", "num_encode_actors")
-# settings added after folders were prepared without them: they enter the hash only when set (not
-# 0), so a folder prepared before they existed keeps its key
-_HASHED_WHEN_SET = ("max_sentence_tokens", "max_document_sentences")
 
 
 @dataclass
@@ -46,6 +43,10 @@ class CorpusConfig(Config):
     splits: dict[str, list[str]] = field(default_factory=dict)
     output_root: str = "runs/prepared"
     num_encode_actors: int = 2
+    #: settings added after folders were prepared without them, with the value that means "as
+    #: before": they enter the hash only when set to another value, so a folder prepared before
+    #: they existed keeps its key
+    hashed_when_changed: ClassVar[dict[str, object]] = {}
 
     def validate(self) -> None:
         if not self.inputs:
@@ -122,7 +123,8 @@ class CorpusConfig(Config):
         return self.data_hash(length)
 
     def _hash(self, exclude: tuple[str, ...], length: int) -> str:
-        data = {k: v for k, v in self.to_dict().items() if k not in exclude and not (k in _HASHED_WHEN_SET and v == 0)}
+        as_before = self.hashed_when_changed
+        data = {k: v for k, v in self.to_dict().items() if k not in exclude and not (k in as_before and v == as_before[k])}
         data["_inputs"] = self.input_listing()
         # the split paths by what they name, not how they are spelled (./x, x, /abs/x, a link)
         data["splits"] = {split: [storage.absolute(p) for p in paths] for split, paths in self.splits.items()}
@@ -173,6 +175,7 @@ class DataConfig(CorpusConfig):
     lines_per_document: int = 0
     max_sentence_tokens: int = 0
     max_document_sentences: int = 0
+    hashed_when_changed: ClassVar[dict[str, object]] = {"max_sentence_tokens": 0, "max_document_sentences": 0}
 
     def encoding_hash(self, length: int = 16) -> str:
         """Hash of what changes the encoded shards: ``data_hash`` without ``gamma``.

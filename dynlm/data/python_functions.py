@@ -6,7 +6,7 @@ with :mod:`ast` (the definitions) and :mod:`tokenize` (the token context) and re
 ``def`` / ``async def`` at any depth (methods, nested functions, decorated ones; lambdas have no
 name and are not functions here)::
 
-    {"name": "get_value", "qualname": "Box.get_value", "lineno": 12, "class_name": "Box",
+    {"name": "get_value", "qualname": "Box.get_value", "lineno": 12, "class_name": "Box", "overrides": "",
      "features": ["class:Box", "arg:self", "ret:int", "caller:show", "body:self", "body:_value", "sub:self",
                   "sub:value"],
      "context_before": ["<newline>", "<indent>", "def"], "context_after": ["(", "self", ")"]}
@@ -41,6 +41,16 @@ own body (not in a function nested in ``g``, whose caller that is) and ``g`` is 
 ``f``. Calls are matched by name only: every function of the file named ``f`` (the ``__init__``
 of each class) gets the callers of every call of ``f``; calls outside any function count for
 none.
+
+Overrides (``overrides``): the name of a base class *of the same file* that defines a method
+of the same name, else "". A method of ``class C(B)`` overrides when ``B`` (a plain name, not
+``mod.B`` or ``B[T]``) is a class of this file whose body defines that name, or one of ``B``'s
+own same-file bases does (searched breadth first; the first found is given). Bases defined in
+other files are not seen (``class Handler(socketserver.BaseRequestHandler)`` overrides
+nothing here); classes are matched by name, so two classes of one name in a file count as
+one. A nested function (``def`` inside a method) is no method and overrides nothing. The
+paper leaves overriding methods out of its targets (the base class dictates their names);
+:func:`is_dunder` names Python's own such case, ``__init__``, ``__eq__``...
 
 Context tokens: the ``max_context_size`` tokens before and after the name token of the ``def``
 in the file's token stream, nearest last / first. Comments and non-logical line breaks (NL) are
@@ -226,23 +236,61 @@ def _callers_by_name(tree: ast.Module) -> dict[str, list[str]]:
     return callers
 
 
+def is_dunder(name: str) -> bool:
+    """A "double underscore" name that Python itself gives its meaning (``__init__``,
+    ``__eq__``, ``__getitem__``): ``__x__`` with something between the underscores. Its name is
+    dictated by the language, not chosen for the body (the naming task can leave them out of
+    its targets and reports them apart)."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__") and name.strip("_") != ""
+
+
 def _definitions(tree: ast.Module):
-    """``(function node, qualname, class name)`` of every def, in source order. ``class name``:
-    the class whose body (or an ``if`` / ``try`` in it) defines the function, else ""."""
+    """``(function node, qualname, class node)`` of every def, in source order. ``class node``:
+    the class whose body (or an ``if`` / ``try`` in it) defines the function, else None."""
     found = []
 
-    def visit(node: ast.AST, prefix: str, class_name: str) -> None:
+    def visit(node: ast.AST, prefix: str, owner: ast.ClassDef | None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, _FUNCTIONS):
-                found.append((child, prefix + child.name, class_name))
-                visit(child, prefix + child.name + ".<locals>.", "")
+                found.append((child, prefix + child.name, owner))
+                visit(child, prefix + child.name + ".<locals>.", None)
             elif isinstance(child, ast.ClassDef):
-                visit(child, prefix + child.name + ".", child.name)
+                visit(child, prefix + child.name + ".", child)
             else:
-                visit(child, prefix, class_name)
+                visit(child, prefix, owner)
 
-    visit(tree, "", "")
+    visit(tree, "", None)
     return sorted(found, key=lambda item: (item[0].lineno, item[0].col_offset))
+
+
+def _overridden_bases(tree: ast.Module, definitions) -> dict[int, str]:
+    """``{id(method node): base class name}`` of every method (of ``definitions``, see
+    :func:`_definitions`) that overrides a method of a same-file base class (the rule in the
+    module docstring)."""
+    methods: dict[str, set[str]] = defaultdict(set)  # class name -> the method names its body defines
+    for function, _, owner in definitions:
+        if owner is not None:
+            methods[owner.name].add(function.name)
+    bases: dict[str, list[str]] = defaultdict(list)  # class name -> its bases that are plain names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases[node.name] = list(dict.fromkeys(
+                [*bases[node.name], *(b.id for b in node.bases if isinstance(b, ast.Name))]))
+    found: dict[int, str] = {}
+    for function, _, owner in definitions:
+        if owner is None:
+            continue
+        queue, seen = [b for b in bases[owner.name] if b != owner.name], {owner.name}
+        while queue:
+            base = queue.pop(0)
+            if base in seen:
+                continue
+            seen.add(base)
+            if function.name in methods.get(base, ()):
+                found[id(function)] = base
+                break
+            queue += bases.get(base, [])
+    return found
 
 
 def extract_functions(source: str | bytes, path: str, *, max_context_size: int = DEFAULT_MAX_CONTEXT) -> list[dict]:
@@ -262,8 +310,11 @@ def extract_functions(source: str | bytes, path: str, *, max_context_size: int =
     tree = _parse(source, path)
     tokens, starts = context_stream(source, path)
     callers = _callers_by_name(tree)
+    definitions = _definitions(tree)
+    overridden = _overridden_bases(tree, definitions)
     records = []
-    for function, qualname, class_name in _definitions(tree):
+    for function, qualname, owner in definitions:
+        class_name = owner.name if owner is not None else ""
         # a def starts its logical line: its column (bytes in ast, characters in tokenize) is indentation
         index = bisect.bisect_left(starts, (function.lineno, function.col_offset))
         while tokens[index] != "def":  # `async def`, or `def` itself
@@ -277,6 +328,7 @@ def extract_functions(source: str | bytes, path: str, *, max_context_size: int =
 
         records.append({
             "name": function.name, "qualname": qualname, "lineno": function.lineno, "class_name": class_name,
+            "overrides": overridden.get(id(function), ""),
             "features": function_features(function, class_name,
                                           [c for c in callers.get(function.name, []) if c != function.name]),
             "context_before": window(tokens[max(0, index - max_context_size): index]),
@@ -285,4 +337,5 @@ def extract_functions(source: str | bytes, path: str, *, max_context_size: int =
     return records
 
 
-__all__ = ["UnparseableSource", "context_stream", "decode_source", "extract_functions", "function_features"]
+__all__ = ["UnparseableSource", "context_stream", "decode_source", "extract_functions", "function_features",
+           "is_dunder"]

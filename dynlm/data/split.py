@@ -10,6 +10,8 @@ Three rules; one prepare job uses exactly one of them for all its documents (``s
   :func:`named_splits` for the exact rule.
 * ``hash``: unsplit inputs. Each document's split comes from a hash of its id
   (:func:`assign_split`), so it never depends on the order of documents or the number of workers.
+  A task may hash a coarser id: the naming task hashes the file's path, or with
+  ``data.split_by: project`` its project (:func:`project_of`).
 
 Which rule a file follows is decided once, by its data config's ``file_split(path)`` (default:
 :func:`file_split`; the cloze task's config hashes CMRC-2017's ``cloze.valid.*`` files unless
@@ -123,6 +125,19 @@ def relative_to_input(path: str, inputs: Sequence[str]) -> str:
     if best is None or len(best) == len(parts):
         return parts[-1] if parts else ""
     return "/".join(parts[len(best):])
+
+
+def project_of(relative_path: str) -> str:
+    """The project a file belongs to: the first component of its path relative to its input
+    (:func:`relative_to_input`), a top-level file's name without its suffix. For ``--input
+    /usr/lib/python3.11``: ``json/decoder.py`` -> ``json``, ``os.py`` -> ``os``; for an input
+    folder holding several checked-out projects, each project's folder. Hashing this instead of
+    the file's path (:func:`assign_split`) keeps a whole project in one split, so valid/test
+    code comes from projects never trained on."""
+    parts = [part for part in relative_path.replace("\\", "/").split("/") if part not in ("", ".")]
+    if not parts:
+        return ""
+    return parts[0] if len(parts) > 1 else posixpath.splitext(parts[0])[0]
 
 
 def component_splits(component: str) -> set[str]:

@@ -21,6 +21,7 @@ evaluate / metrics  ``model.suggest`` + ``model.log_prob`` -> :class:`NamingMetr
 metric_table        :func:`dynlm.tasks.naming_report.format_naming_table`
 metric_figures      ``suggestion_frequency.png`` (F1@1, exact@1 vs suggestion frequency)
 suggest_source      a source file's functions with the model's suggested names (``dynlm suggest-name``)
+suggestion_summary  F1@1 / exact@1 of those suggestions against the actual names, all and non-dunder
 serve               column ``source`` -> one row per function with its suggestions (the served model)
 =================== ==================================================================
 """
@@ -32,8 +33,8 @@ from typing import ClassVar
 
 import torch
 
-from dynlm.data.python_functions import extract_functions
-from dynlm.data.subtokens import join_subtokens, name_style
+from dynlm.data.python_functions import extract_functions, is_dunder
+from dynlm.data.subtokens import join_subtokens, name_style, split_subtokens
 from dynlm.models.naming import NamingModelConfig, build_naming_model
 from dynlm.modules.nce import nce_loss
 from dynlm.tasks.base import Task
@@ -52,8 +53,15 @@ from dynlm.tasks.naming_data import (
     inactive_batch,
     parse_files,
 )
-from dynlm.tasks.naming_metrics import NamingMetrics
-from dynlm.tasks.naming_report import format_naming_table, naming_counts, suggestion_frequency_figure, summary_rows
+from dynlm.tasks.naming_metrics import NamingMetrics, subtoken_scores
+from dynlm.tasks.naming_report import (
+    format_naming_table,
+    format_suggestion_summary,
+    naming_counts,
+    suggestion_frequency_figure,
+    suggestion_summary,
+    summary_rows,
+)
 from dynlm.training import StepLoss, model_device, unwrap_model
 
 SUGGESTION_FIGURE = "suggestion_frequency.png"
@@ -91,7 +99,8 @@ def score_suggestions(suggester, model_type: str, batches, *, top_k: int, device
             inputs = batch.inputs if device is None else batch.inputs.to(device)
             ranked = [[(reader.subtokens(ids, model_type), log_p) for ids, log_p in row]
                       for row in suggester.suggest(inputs, top_k=top_k)]
-            metrics.update(ranked, batch.truths, suggester.log_prob(inputs).tolist(), reader.known_names)
+            metrics.update(ranked, batch.truths, suggester.log_prob(inputs).tolist(), reader.known_names,
+                           dunders=batch.dunders)
     return metrics.compute()
 
 
@@ -218,7 +227,10 @@ class NamingTask(Task):
             One dict per function, in source order: ``qualname``, ``lineno``, ``name`` (the
             actual one) and ``suggestions``: ``[(name, probability), ...]`` best first, each
             name written in the function's own style (underscores, case: ``_getHttpServer``
-            for a ``_camelCase`` method).
+            for a ``_camelCase`` method); and how the top suggestion scores against the
+            actual name (:class:`NamingMetrics`' rules): ``f1_at_1`` (subtoken F1),
+            ``exact_at_1`` (0 or 1; both 0 without a suggestion), ``dunder`` (whether the
+            actual name is one: ``__init__``).
 
         Raises:
             ValueError: the source does not parse (``UnparseableSource``: path and reason).
@@ -236,11 +248,20 @@ class NamingTask(Task):
         out = []
         for record, row in zip(records, ranked):
             style = name_style(record["name"])
-            suggestions = [(join_subtokens(reader.subtokens(ids, model_cfg.type), style), math.exp(log_p))
-                           for ids, log_p in row]
+            subtokens = [reader.subtokens(ids, model_cfg.type) for ids, _ in row]
+            suggestions = [(join_subtokens(words, style), math.exp(log_p)) for words, (_, log_p) in zip(subtokens, row)]
+            truth = tuple(split_subtokens(record["name"]))
             out.append({"qualname": record["qualname"], "lineno": record["lineno"], "name": record["name"],
-                        "suggestions": suggestions})
+                        "suggestions": suggestions, "dunder": is_dunder(record["name"]),
+                        "f1_at_1": subtoken_scores(tuple(subtokens[0]), truth)[2] if subtokens else 0.0,
+                        "exact_at_1": float(bool(subtokens) and tuple(subtokens[0]) == truth)})
         return out
+
+    def suggestion_summary(self, functions: list[dict]) -> str:
+        """What ``dynlm suggest-name`` prints after the suggestions: F1@1 and exact@1 of the top
+        suggestion against the actual names, over all the functions of :meth:`suggest_source`
+        (of every file) and over the non-dunder ones (``__init__``... left out)."""
+        return format_suggestion_summary(suggestion_summary(functions))
 
 
 __all__ = ["NamingTask", "SUGGESTION_FIGURE", "SuggestionReader", "score_suggestions"]

@@ -7,10 +7,14 @@ Stages (pure functions of Arrow batches, run by Ray Data or by :mod:`dynlm.tasks
 * :func:`parse_files`: ``{bytes, path}`` rows (Python files) -> one ``document`` row per function
   (:func:`dynlm.data.python_functions.extract_functions`), doc_id
   ``"<path relative to its input>::<qualname>:<lineno>"``; a file that does not parse is one
-  ``quarantine`` row with the reason; a function whose name has no subtoken (``_``) is ``dropped``.
+  ``quarantine`` row with the reason; a function whose name has no subtoken (``_``) is ``dropped``,
+  and so, with ``data.targets: paper``, are the functions whose name is not the author's choice
+  (:func:`target_exclusion`: dunders, same-file overrides); a dropped function is no target, but
+  its tokens stay in its neighbours' context and its calls in their ``caller:`` features.
   The split is per FILE: the one the path names (``train/``, ``valid/``, ``test/`` ...) or that
   ``data.splits`` lists, else a hash of the path relative to its input (:func:`assign_split`),
-  so moving the corpus elsewhere leaves every file in its split.
+  or with ``data.split_by: project`` of its project (:func:`dynlm.data.split.project_of`: the
+  first path component), so moving the corpus elsewhere leaves every file in its split.
 * :func:`count_train`: one ``{word, count}`` table of the train functions for all four
   vocabularies, each word prefixed with its vocabulary (``name\\x1fget_value``, ``sub\\x1fget``,
   ``feat\\x1fbody:self``, ``ctx\\x1f(``).
@@ -26,6 +30,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,8 +38,8 @@ import torch
 
 from dynlm.config import ConfigError
 from dynlm.data.config import CorpusConfig
-from dynlm.data.python_functions import DEFAULT_MAX_CONTEXT, UnparseableSource, extract_functions
-from dynlm.data.split import assign_split, file_split, relative_to_input
+from dynlm.data.python_functions import DEFAULT_MAX_CONTEXT, UnparseableSource, extract_functions, is_dunder
+from dynlm.data.split import assign_split, file_split, project_of, relative_to_input
 from dynlm.data.subtokens import split_subtokens
 from dynlm.models.naming import END, PAD, START, UNK, NamingBatch, NamingSpec
 
@@ -90,7 +95,19 @@ class NamingDataConfig(CorpusConfig):
         max_features_per_function: the first this many known features of a function (in the
             order of :mod:`dynlm.data.python_functions`) are kept.
         valid_fraction / test_fraction / split_seed: the hash split of the files (by path
-            relative to the input).
+            relative to the input, or by project: ``split_by``).
+        split_by: what the hash split keeps together: ``file`` (default: each file's functions
+            in one split) or ``project`` (every file of a project in one split, the project
+            being the first component of the path relative to the input: a top-level package
+            or module of the standard library, a project's folder in a folder of projects), so
+            that valid/test code comes from projects never trained on (the paper's protocol).
+            Splits named by the paths or listed in ``splits`` are kept either way.
+        targets: which functions are prediction targets: ``all`` (default: every function
+            whose name has a subtoken) or ``paper`` (Allamanis et al.'s protocol: dunders,
+            ``__init__``, ``__eq__``..., and methods that override a method of a base class of
+            the same file are ``dropped`` with their reason; bases from other files are not
+            seen, see :mod:`dynlm.data.python_functions`). Either way every function's tokens
+            stay in the other functions' context.
         include_suffixes: files of input folders read (by the end of their name).
         exclude: files of input folders left out, by their path relative to the input: a
             pattern ending in ``/`` is a folder at any depth (``test/`` leaves out every file in
@@ -115,6 +132,9 @@ class NamingDataConfig(CorpusConfig):
     valid_fraction: float = 0.15
     test_fraction: float = 0.15
     split_seed: int = 0
+    split_by: Literal["file", "project"] = "file"
+    targets: Literal["all", "paper"] = "all"
+    hashed_when_changed: ClassVar[dict[str, object]] = {"split_by": "file", "targets": "all"}  # folders keep their keys
     include_suffixes: list[str] = field(default_factory=lambda: [".py"])
     exclude: list[str] = field(default_factory=lambda: ["test/", "tests/", "idle_test/", "site-packages/",
                                                         "__pycache__/"])
@@ -155,6 +175,23 @@ def name_key(subtokens: list[str] | tuple[str, ...]) -> str:
     return "_".join(subtokens)
 
 
+DUNDER_REASON, OVERRIDE_REASON = "dunder", "override"  # the first word of an excluded target's reason
+
+
+def target_exclusion(record: dict, targets: str) -> str:
+    """Why a function (an :func:`extract_functions` record) is no target under ``data.targets``
+    (its ``dropped`` reason, first word :data:`DUNDER_REASON` or :data:`OVERRIDE_REASON`), or ""
+    when it is one. ``all``: every function is; ``paper``: not a dunder, not a same-file override."""
+    if targets == "all":
+        return ""
+    if is_dunder(record["name"]):
+        return f"{DUNDER_REASON}: {record['name']!r} is named by Python, not by its body (data.targets: paper)"
+    if record["overrides"]:
+        return (f"{OVERRIDE_REASON}: overrides {record['overrides']}.{record['name']} of the same file "
+                "(data.targets: paper)")
+    return ""
+
+
 def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
     """Python files -> PARSED_SCHEMA rows (functions with their file's split, quarantined files,
     dropped functions). ``cfg_dict``'s ``inputs`` / ``splits`` are resolved like the rows' paths."""
@@ -175,12 +212,15 @@ def parse_files(batch: pa.Table, cfg_dict: dict) -> pa.Table:
                          "reason": f"extract failed: {type(exc).__name__}: {exc}"})
             continue
         split = file_split(path, cfg.inputs, cfg.splits)[1] or assign_split(
-            relative, seed=cfg.split_seed, valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction)
+            project_of(relative) if cfg.split_by == "project" else relative, seed=cfg.split_seed,
+            valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction)
         for record in records:
             doc_id = f"{relative}::{record['qualname']}:{record['lineno']}"
             kind, reason = "document", ""
             if not split_subtokens(record["name"]):
                 kind, reason = "dropped", f"name {record['name']!r} has no subtoken (no letter or digit)"
+            elif excluded := target_exclusion(record, cfg.targets):
+                kind, reason = "dropped", excluded
             rows.append({**base, **record, "kind": kind, "doc_id": doc_id, "split": split if kind == "document" else "",
                          "line": record["lineno"], "reason": reason})
     return pa.Table.from_pylist(rows, schema=PARSED_SCHEMA)
@@ -333,14 +373,17 @@ class FunctionBatch:
         truths: per function its true name's subtokens (strings: an out-of-vocabulary subtoken
             stays itself, so it can never be matched).
         spec: the vocabulary spec the ids are read with (suggestions -> strings, train names).
+        dunders: per function whether its name is a dunder (``__init__``: the metrics report
+            the other functions apart, :class:`dynlm.tasks.naming_metrics.NamingMetrics`).
     """
 
     inputs: NamingBatch
     truths: list[tuple[str, ...]]
     spec: NamingVocabSpec
+    dunders: list[bool]
 
     def to(self, device) -> "FunctionBatch":
-        return FunctionBatch(self.inputs.to(device), self.truths, self.spec)
+        return FunctionBatch(self.inputs.to(device), self.truths, self.spec, self.dunders)
 
     @property
     def size(self) -> int:
@@ -372,7 +415,8 @@ def collate_functions(rows: list[dict], spec: NamingVocabSpec) -> FunctionBatch:
     inputs = NamingBatch(features=_padded([row["feature_ids"] for row in rows]), context=context,
                          names=torch.tensor([row["name_id"] for row in rows], dtype=torch.long),
                          subtokens=_padded([row["subtoken_ids"] for row in rows]))
-    return FunctionBatch(inputs, [tuple(split_subtokens(row["name"])) for row in rows], spec)
+    return FunctionBatch(inputs, [tuple(split_subtokens(row["name"])) for row in rows], spec,
+                         [is_dunder(row["name"]) for row in rows])
 
 
 def inactive_batch(spec: NamingVocabSpec) -> FunctionBatch:
@@ -390,6 +434,6 @@ def batch_functions(rows, spec: NamingVocabSpec, batch_size: int, *, seed: int |
         yield collate_functions(rows[start : start + batch_size], spec)
 
 
-__all__ = ["ENCODED_SCHEMA", "EncodeFunctions", "FunctionBatch", "NamingDataConfig", "NamingVocab", "NamingVocabSpec",
-           "PARSED_SCHEMA", "PAYLOAD_COLUMNS", "batch_functions", "collate_functions", "count_train", "inactive_batch",
-           "name_key", "parse_files"]
+__all__ = ["DUNDER_REASON", "ENCODED_SCHEMA", "EncodeFunctions", "FunctionBatch", "NamingDataConfig", "NamingVocab",
+           "NamingVocabSpec", "OVERRIDE_REASON", "PARSED_SCHEMA", "PAYLOAD_COLUMNS", "batch_functions",
+           "collate_functions", "count_train", "inactive_batch", "name_key", "parse_files", "target_exclusion"]

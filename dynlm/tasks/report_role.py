@@ -42,6 +42,10 @@ class NameSuggester(Protocol):
     def suggest_source(self, model, model_cfg, preprocessor, source: str | bytes, path: str, top_k: int) -> list[dict]:
         """Every function of ``source`` with the model's ``top_k`` names and their probabilities."""
 
+    def suggestion_summary(self, functions: list[dict]) -> str:
+        """Text that scores the suggestions of :meth:`suggest_source` (of one or more files)
+        against the functions' actual names."""
+
 
 def _unchanged(objective: float) -> float:
     return objective

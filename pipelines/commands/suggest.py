@@ -3,8 +3,12 @@
 The model is a registry/run URI (default ``models:/dynlm-naming@champion``) or a checkpoint of
 the naming task (Allamanis et al., 2015; ``dynlm/tasks/naming.py``). Each function of each file
 is printed with its actual name and the model's suggestions, most probable first; ``--json``
-prints one JSON object per function instead (for scripts). A file that does not parse is
-reported and skipped; the exit status is then 1.
+prints one JSON object per function instead (for scripts: with ``f1_at_1``, ``exact_at_1`` of
+its top suggestion against the actual name and ``dunder``). As the functions have their names
+already, the last lines score the top suggestions: F1@1 and exact@1 over all the functions and
+over the non-dunder ones (``__init__``, ``__eq__``... left out: names Python dictates); with
+``--json`` these go to stderr. A file that does not parse is reported and skipped; the exit
+status is then 1.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                          "(train one with `task: naming`)")
     if preprocessor is None:
         raise ValueError(f"{args.model}: no preprocessor.json beside the checkpoint (its vocabularies)")
-    failed = 0
+    failed, scored = 0, []
     for path in args.files:
         try:
             functions = task.suggest_source(model, model_cfg, preprocessor, Path(path).read_bytes(), path=path,
@@ -69,9 +73,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"dynlm suggest-name: {path}: {exc}", file=sys.stderr)
             failed += 1
             continue
+        scored += functions
         if args.json:
             for function in functions:
                 print(json.dumps({"file": path, **function}))
         else:
             print(format_suggestions(path, functions))
+    if scored:  # stdout of --json keeps one object per line, each a function
+        print(("" if args.json else "\n") + task.suggestion_summary(scored), file=sys.stderr if args.json else sys.stdout)
     return 1 if failed else 0

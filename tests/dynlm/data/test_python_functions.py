@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from dynlm.data.python_functions import UnparseableSource, extract_functions
+from dynlm.data.python_functions import UnparseableSource, extract_functions, is_dunder
 
 SNIPPET = textwrap.dedent('''\
     import functools
@@ -134,3 +134,57 @@ def test_unparseable_source_raises_with_its_reason(data, reason):
         extract_functions(data, "bad.py")
     assert caught.value.reason.startswith(reason)
     assert caught.value.path == "bad.py"
+
+
+OVERRIDES = textwrap.dedent('''\
+    import socketserver
+
+    class Base:
+        def run(self):
+            return 1
+
+        def __eq__(self, other):
+            return True
+
+    class Middle(Base):
+        pass
+
+    class Leaf(Middle):
+        def run(self):
+            def run():
+                return 2
+            return run()
+
+        def stop(self):
+            return 0
+
+        def __eq__(self, other):
+            return False
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self):
+            return None
+
+    def run():
+        return 3
+    ''')
+
+
+def test_overrides_name_the_same_file_base_class_through_a_class_between():
+    records = extract_functions(OVERRIDES, "overrides.py")
+    assert [(r["qualname"], r["overrides"]) for r in records] == [
+        ("Base.run", ""), ("Base.__eq__", ""),
+        ("Leaf.run", "Base"),  # Leaf(Middle), Middle(Base): Base defines run
+        ("Leaf.run.<locals>.run", ""),  # a nested function is no method
+        ("Leaf.stop", ""),  # no base defines stop
+        ("Leaf.__eq__", "Base"),
+        ("Handler.handle", ""),  # the base is in another file: not seen
+        ("run", ""),  # a module function overrides nothing
+    ]
+
+
+@pytest.mark.parametrize("name, expected", [("__init__", True), ("__eq__", True), ("__x__", True), ("_init_", False),
+                                            ("__private", False), ("init__", False), ("____", False),
+                                            ("_____", False), ("get", False)])
+def test_is_dunder(name, expected):
+    assert is_dunder(name) is expected

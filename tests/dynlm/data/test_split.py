@@ -15,6 +15,7 @@ from dynlm.data.split import (
     file_split,
     named_splits,
     path_parts,
+    project_of,
     relative_to_input,
 )
 from dynlm.tasks.cloze_data import ClozeDataConfig
@@ -46,6 +47,13 @@ def test_relative_to_input():
     assert relative_to_input("/data/one.py", inputs) == "one.py"  # a file input: its name
     assert relative_to_input("bucket/code/pkg/a.py", inputs) == "pkg/a.py"  # Ray's URI rows lose the scheme
     assert relative_to_input("/elsewhere/b.py", inputs) == "b.py"
+
+
+def test_project_of_is_the_first_component_below_the_input():
+    assert project_of("email/mime/text.py") == "email"
+    assert project_of("json/__init__.py") == project_of("json/decoder.py") == "json"
+    assert project_of("os.py") == "os"  # a top-level module is its own project
+    assert project_of("./requests/api.py") == "requests" and project_of("") == ""
 
 
 def test_only_the_input_and_below_can_name_a_split():

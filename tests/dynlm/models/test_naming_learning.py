@@ -70,7 +70,7 @@ def evaluate(suggestions, log_probs, test: NamingBatch, model_type: str) -> dict
     metrics = NamingMetrics()
     truths = [(SUBTOKENS[row[0]], SUBTOKENS[row[1]]) for row in test.subtokens.tolist()]
     strings = [[(as_strings(model_type, ids), lp) for ids, lp in ranked] for ranked in suggestions]
-    metrics.update(strings, truths, log_probs, set(TRAIN_NAMES))
+    metrics.update(strings, truths, log_probs, set(TRAIN_NAMES), dunders=[False] * len(truths))
     return metrics.compute()
 
 

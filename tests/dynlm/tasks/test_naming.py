@@ -211,7 +211,7 @@ def test_learning_on_the_synthetic_corpus_beats_the_frequency_baseline(synth_cor
     assert f"  {'functions':<26}{len(rows['test']):>12,d}" in table.splitlines()
     assert "suggestion-frequency curve" in table
     figure = task.metric_figures(test, "t")["suggestion_frequency.png"]
-    assert [line.get_label() for line in figure.axes[0].get_lines()] == ["F1@1", "exact@1"]
+    assert [line.get_label() for line in figure.axes[0].get_lines()] == ["F1@1", "exact@1", "F1@1, non-dunder"]
 
     suggestions = task.suggest_source(model, model.cfg, done.preprocessor, textwrap.dedent('''\
         class Garden:
@@ -231,6 +231,8 @@ def test_learning_on_the_synthetic_corpus_beats_the_frequency_baseline(synth_cor
         assert probs == sorted(probs, reverse=True) and all(0 < p <= 1 for p in probs)
     assert "__init__" in [name for name, _ in suggestions[0]["suggestions"]]
     assert suggestions[1]["suggestions"][0][0] == "getPrice"  # the function's own (camelCase) style
+    assert [(s["dunder"], s["f1_at_1"], s["exact_at_1"]) for s in suggestions][1] == (False, 0.0, 0.0)  # get/price vs foo/bar
+    assert suggestions[0]["dunder"] is True
     with pytest.raises(ValueError, match="^bad.py: SyntaxError"):
         task.suggest_source(model, model.cfg, done.preprocessor, "def (:\n", "bad.py", top_k=3)
     assert task.suggest_source(model, model.cfg, done.preprocessor, "x = 1\n", "empty.py", top_k=3) == []
@@ -254,6 +256,96 @@ def test_prepare_of_stdlib_packages():
     assert "decoder.py::JSONDecoder.decode:332" in doc_ids  # relative to its input folder (json/)
     spec = done.preprocessor.spec
     assert spec.num_names > 150 and spec.num_subtokens > 150 and spec.max_context_size == 8
+
+
+PAPER_TARGETS = textwrap.dedent('''\
+    class Shape:
+        def __init__(self, size):
+            self.size = size
+
+        def area(self):
+            return self.size
+
+    class Square(Shape):
+        def area(self):
+            def scale(value):
+                return value * value
+            return scale(self.size)
+
+        def describe_square(self):
+            return "square"
+    ''')
+
+
+def test_paper_targets_drop_dunders_and_same_file_overrides_and_keep_their_context(tmp_path):
+    (tmp_path / "shapes.py").write_text(PAPER_TARGETS)
+    everything, _ = prepare(tmp_path, valid_fraction=0.0, test_fraction=0.0, min_context_count=1)
+    assert sorted(row["qualname"] for row in everything.splits["train"]) == [
+        "Shape.__init__", "Shape.area", "Square.area", "Square.area.<locals>.scale", "Square.describe_square"]
+    assert everything.rejected() == []  # data.targets: all (the default) keeps every function
+    paper, _ = prepare(tmp_path, valid_fraction=0.0, test_fraction=0.0, min_context_count=1, targets="paper")
+    assert sorted(row["qualname"] for row in paper.splits["train"]) == [
+        "Shape.area", "Square.area.<locals>.scale", "Square.describe_square"]  # a nested function is no method
+    assert sorted((r["doc_id"], r["reason"]) for r in paper.rejected()) == [
+        ("shapes.py::Shape.__init__:2", "dunder: '__init__' is named by Python, not by its body (data.targets: paper)"),
+        ("shapes.py::Square.area:9", "override: overrides Shape.area of the same file (data.targets: paper)")]
+    # the dropped functions' tokens stay in the stream: Shape.area's context reads __init__'s body
+    vocab = paper.preprocessor
+    (area,) = [row for row in paper.splits["train"] if row["qualname"] == "Shape.area"]
+    assert [vocab.context_tokens[i] for i in area["context_ids"][:8]] == [
+        "self", ".", "size", "=", "size", "<newline>", "<dedent>", "def"]
+    assert "__init__" not in vocab.names and "init" not in vocab.subtokens
+    task = NamingTask()
+    counts = task.summarize(paper.parsed.drop_columns(list(task.payload_columns)),
+                            task.split_stats(paper.tables, vocab.spec), vocab)
+    assert (counts["dropped_functions"], counts["dropped_dunders"], counts["dropped_overrides"]) == (2, 1, 1)
+    lines = dict(task.summary_lines(counts))
+    assert lines["dropped functions (no subtoken)"] == "0" and lines["dropped dunders/overrides"] == "1/1"
+
+
+def test_the_new_settings_are_strict_and_leave_the_default_folder_key_alone(tmp_path):
+    (tmp_path / "shapes.py").write_text(PAPER_TARGETS)
+    cfg = NamingDataConfig(inputs=[str(tmp_path)])
+    from dynlm.config import ConfigError, config_hash
+    from dynlm.data.config import DATA_FORMAT_VERSION
+
+    before = {k: v for k, v in cfg.to_dict().items() if k not in ("inputs", "output_root", "num_encode_actors",
+                                                                    "targets", "split_by")}
+    before.update(_inputs=cfg.input_listing(), splits={}, _data_format_version=DATA_FORMAT_VERSION,
+                  _config="NamingDataConfig")
+    assert cfg.data_hash() == config_hash(before, 16)  # the key of a folder prepared before the settings existed
+    assert len({cfg.data_hash(), cfg.replace(targets="paper").data_hash(), cfg.replace(split_by="project").data_hash()}) == 3
+    with pytest.raises(ConfigError, match="targets"):
+        NamingDataConfig.from_dict({"targets": "no_dunders"})
+    with pytest.raises(ConfigError, match="split_by"):
+        NamingDataConfig.from_dict({"split_by": "folder"})
+
+
+def test_split_by_project_keeps_every_function_of_a_project_in_one_split(tmp_path):
+    from dynlm.data.split import assign_split
+
+    projects = [f"project{i}" for i in range(12)]
+    for project in projects:
+        (tmp_path / project / "sub").mkdir(parents=True)
+        (tmp_path / project / "a.py").write_text(TINY)
+        (tmp_path / project / "sub" / "b.py").write_text(TINY)
+    (tmp_path / "single.py").write_text(TINY)  # a top-level module: its own project, "single"
+    fractions = {"valid_fraction": 0.3, "test_fraction": 0.3}  # 13 projects: all three splits
+    done, _ = prepare(tmp_path, split_by="project", **fractions)
+    split_of = {row["doc_id"]: split for split, rows in done.splits.items() for row in rows}
+    assert len(split_of) == 12 * 2 * 2 + 2
+    by_project: dict[str, set[str]] = {}
+    for doc_id, split in split_of.items():
+        by_project.setdefault(doc_id.split("/")[0].split("::")[0].removesuffix(".py"), set()).add(split)
+    expected = {project: {assign_split(project, seed=0, **fractions)}
+                for project in [*projects, "single"]}
+    assert by_project == expected  # the hash of the project's name: every function of it in one split
+    assert {s for splits in by_project.values() for s in splits} == {"train", "valid", "test"}
+    again, _ = prepare(tmp_path, split_by="project", **fractions)
+    assert {r["doc_id"]: s for s, rows in again.splits.items() for r in rows} == split_of  # reproducible
+    by_file, _ = prepare(tmp_path, **fractions)  # the default: per file, so a project's two files may part
+    files = {r["doc_id"]: s for s, rows in by_file.splits.items() for r in rows}
+    assert any(files[f"{p}/a.py::Box.get_size:2"] != files[f"{p}/sub/b.py::Box.get_size:2"] for p in projects)
 
 
 DDP_SCRIPT = textwrap.dedent('''
