@@ -214,10 +214,7 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
     for chunk in task.chunks(batch, cfg):
         if accumulation.pending == 0:
             optimizer.zero_grad(set_to_none=True)
-        with accumulation.chunk_context(model):
-            with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-                step = task.loss(model, chunk, state)
-            group_done = accumulation.backward(step.loss)
+        step, group_done = _backward_chunk(task, model, chunk, state, accumulation, autocast_dtype, device)
         state = task.detach_state(model, step.state)
         nll_total += torch.as_tensor(step.nll_sum, device=device).detach().double()
         count_total += torch.as_tensor(step.count, device=device).long()
@@ -227,7 +224,22 @@ def train_step(task, model: nn.Module, batch, optimizer: torch.optim.Optimizer, 
             take_step()
     if own_accumulation and accumulation.finish(model):  # a group this batch left unfinished
         take_step()
-    nll, tokens = float(nll_total), int(count_total)
+    return _step_result(batch, float(nll_total), int(count_total), steps, grad_norms, stats, optimizer)
+
+
+def _backward_chunk(task, model: nn.Module, chunk, state, accumulation: Accumulation, autocast_dtype,
+                    device: torch.device) -> tuple[StepLoss, bool]:
+    """One chunk's forward (under autocast when ``autocast_dtype`` is given) and backward, inside
+    the accumulation's DDP context: ``(the task's StepLoss, whether the chunk closed a group)``."""
+    with accumulation.chunk_context(model):
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
+            step = task.loss(model, chunk, state)
+        return step, accumulation.backward(step.loss)
+
+
+def _step_result(batch, nll: float, tokens: int, steps: int, grad_norms: list[torch.Tensor], stats: list[dict],
+                 optimizer: torch.optim.Optimizer) -> dict:
+    """:func:`train_step`'s result dict (its Returns)."""
     return {
         "loss": nll / tokens if tokens else float("nan"),
         "ppl": perplexity(nll, tokens),

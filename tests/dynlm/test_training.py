@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 import torch
+from linear_task import LinearTask, PointBatch, linear_model, point_batches  # this folder (pytest rootdir import)
 
 from dynlm.config import ConfigError
 from dynlm.data.batching import batch_documents, collate_documents
@@ -268,83 +269,29 @@ def test_train_one_epoch_calls_its_hook_after_every_chunk(tiny_spec, random_rows
 
 # --- gradient accumulation: train.accumulate_steps chunks per optimizer step -------------------
 
-LINEAR_TASK_SOURCE = '''
-from dataclasses import dataclass
-
-import torch
-
-from dynlm.training import StepLoss
-
-
-@dataclass
-class PointBatch:
-    """``x`` [B, 3] inputs, ``y`` [B] targets."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-    num_padded: int = 0
-
-    @property
-    def num_documents(self) -> int:
-        return len(self.y)
-
-
-class LinearTask:
-    """What the loop calls of a task, for a least-squares model: one chunk per batch."""
-
-    def chunks(self, batch, cfg):
-        return (batch,)
-
-    def initial_state(self, model, batch):
-        return None
-
-    def loss(self, model, chunk, state):
-        error = (model(chunk.x).squeeze(-1) - chunk.y) ** 2  # [B]
-        return StepLoss(error.mean(), error.sum().detach(), torch.tensor(len(chunk.y)))
-
-    def detach_state(self, model, state):
-        return state
-
-    def lockstep_size(self, batch):
-        return 1
-
-    def pad_batch(self, batch, size, spec):
-        return batch
-
-
-def point_batches(seed: int, count: int, size: int = 4) -> list:
-    g = torch.Generator().manual_seed(seed)
-    return [PointBatch(torch.randn(size, 3, generator=g), torch.randn(size, generator=g)) for _ in range(count)]
-
-
-def linear_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Linear(3, 1)
-'''
-exec(compile(LINEAR_TASK_SOURCE, "linear_task", "exec"))
 
 
 def _sgd_epoch(batches, accumulate_steps):
     from dynlm.optim import LRSchedule
     from dynlm.training import train_one_epoch
 
-    model = linear_model()  # noqa: F821 (defined by LINEAR_TASK_SOURCE)
+    model = linear_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     cfg = TrainConfig(grad_clip=0.0, accumulate_steps=accumulate_steps)
     totals = train_one_epoch(model, optimizer, LRSchedule(optimizer, "constant"), cfg, iter(batches),
-                             torch.device("cpu"), task=LinearTask())  # noqa: F821
+                             torch.device("cpu"), task=LinearTask())
     return model, totals
 
 
 def _concat(*batches):
-    return PointBatch(torch.cat([b.x for b in batches]), torch.cat([b.y for b in batches]))  # noqa: F821
+    return PointBatch(torch.cat([b.x for b in batches]), torch.cat([b.y for b in batches]))
 
 
 def test_accumulated_steps_equal_steps_on_the_concatenated_batches():
     """accumulate_steps=2 over 3 equal batches: one step on the mean gradient of batches 1-2,
     then the epoch's short last group (batch 3) steps on its own mean: the same weights as
     plain steps on [1+2] and [3]; the loss sums are the batches' own."""
-    b1, b2, b3 = point_batches(seed=1, count=3)  # noqa: F821
+    b1, b2, b3 = point_batches(seed=1, count=3)
     accumulated, totals = _sgd_epoch([b1, b2, b3], accumulate_steps=2)
     reference, reference_totals = _sgd_epoch([_concat(b1, b2), b3], accumulate_steps=1)
     assert totals["steps"] == 2 and totals["tokens"] == 12
@@ -357,9 +304,9 @@ def test_accumulated_steps_equal_steps_on_the_concatenated_batches():
 def test_train_step_alone_steps_on_a_group_its_batch_leaves_unfinished():
     from dynlm.training import optimizer_steps, train_step
 
-    model = linear_model()  # noqa: F821
+    model = linear_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    out = train_step(LinearTask(), model, point_batches(seed=2, count=1)[0], optimizer,  # noqa: F821
+    out = train_step(LinearTask(), model, point_batches(seed=2, count=1)[0], optimizer,
                      TrainConfig(grad_clip=0.0, accumulate_steps=4))
     assert out["steps"] == 1  # one chunk of a 4-chunk group: stepped at the batch's end
     assert optimizer_steps(9, 4) == 3 and optimizer_steps(8, 4) == 2 and optimizer_steps(1, 1) == 1
@@ -372,8 +319,7 @@ ACCUMULATION_DDP_SCRIPT = textwrap.dedent('''
     import torch, torch.distributed as dist
     torch.set_num_threads(1)
     sys.path.insert(0, sys.argv[2])
-    from test_training import LINEAR_TASK_SOURCE
-    exec(LINEAR_TASK_SOURCE)
+    from linear_task import LinearTask, linear_model, point_batches
     from dynlm.optim import LRSchedule
     from dynlm.training import TrainConfig, train_one_epoch
     dist.init_process_group("gloo")
@@ -407,7 +353,7 @@ def test_accumulation_under_real_ddp_syncs_once_per_step(tmp_path, gloo_ranks):
     assert r0["steps"] == r1["steps"] == 2
     assert r0["synced_backwards"] == r1["synced_backwards"] == 1
     assert r0["params"] == r1["params"]  # replicas bit-identical
-    a, b = point_batches(seed=10, count=3), point_batches(seed=11, count=3)  # noqa: F821
+    a, b = point_batches(seed=10, count=3), point_batches(seed=11, count=3)
     reference, _ = _sgd_epoch([_concat(a[0], a[1], b[0], b[1]), _concat(a[2], b[2])], accumulate_steps=1)
     for got, want in zip(r0["params"], reference.parameters()):
         torch.testing.assert_close(torch.tensor(got), want.detach().reshape(-1), rtol=1e-6, atol=1e-7)
